@@ -1,0 +1,107 @@
+# dlshim build. `make` builds the library, daemon and CLI into build/;
+# `make test` installs what it needs (scripts/install-deps.sh), builds and
+# runs every test; sanitizer builds live in build/asan.
+PREFIX ?= /usr/local
+CC ?= cc
+BUILD ?= build
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+CFLAGS ?= -O2 -g
+CFLAGS += -std=gnu11 $(WARN) -Iinclude -fPIC -D_GNU_SOURCE -pthread
+SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+
+ENGINE_SRC := $(sort $(wildcard engine/*.c))
+DAEMON_SRC := $(sort $(wildcard engine/daemon/*.c))
+SHIM_SRC := $(sort $(wildcard shim/*.c))
+CLI_SRC := $(sort $(wildcard tools/*.c))
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+HELPER_SRC := $(sort $(wildcard tests/progs/*.c))
+
+ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/obj/%.o)
+DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/obj/%.o)
+SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+ASAN_UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/asan/tests/%)
+HELPER_BIN := $(HELPER_SRC:tests/progs/%.c=$(BUILD)/progs/%)
+
+LIB := $(BUILD)/libdlshim.so
+ENGINE_LIB := $(BUILD)/libdlshim_engine.a
+DAEMON := $(BUILD)/dlshimd
+CLI := $(BUILD)/dlshim
+
+.PHONY: all test unit unit-asan integration deps bench bench-core install clean lint valgrind
+all: $(LIB) $(DAEMON) $(CLI) $(HELPER_BIN)
+
+$(BUILD)/obj/%.o: %.c $(wildcard include/dlshim/*.h engine/*.h shim/*.h engine/daemon/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# The shim exports nothing but its wrappers (version script, hidden visibility).
+$(BUILD)/obj/shim/%.o: CFLAGS += -fvisibility=hidden
+
+$(ENGINE_LIB): $(ENGINE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIB): $(SHIM_OBJ) $(ENGINE_LIB) shim/exports.map
+	$(CC) $(CFLAGS) -shared -Wl,--version-script=shim/exports.map -Wl,-z,defs -o $@ $(SHIM_OBJ) $(ENGINE_LIB) -ldl -lpthread
+
+$(DAEMON): $(DAEMON_OBJ) $(ENGINE_LIB)
+	$(CC) $(CFLAGS) -o $@ $(DAEMON_OBJ) $(ENGINE_LIB) -lpthread -lunwind
+
+$(CLI): $(CLI_OBJ) $(ENGINE_LIB)
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(ENGINE_LIB) -lpthread
+
+$(BUILD)/tests/%: tests/unit/%.c $(ENGINE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iengine -o $@ $< $(ENGINE_LIB) -lcmocka -lpthread
+
+$(BUILD)/progs/%: tests/progs/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< -lpthread $(if $(findstring h5,$*),$(shell pkg-config --cflags --libs hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5),)
+
+# Sanitizer build of the engine and its unit tests.
+$(BUILD)/asan/obj/%.o: %.c $(wildcard include/dlshim/*.h engine/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
+$(BUILD)/asan/libdlshim_engine.a: $(ENGINE_SRC:%.c=$(BUILD)/asan/obj/%.o)
+	rm -f $@ && ar rcs $@ $^
+$(BUILD)/asan/tests/%: tests/unit/%.c $(BUILD)/asan/libdlshim_engine.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SAN_FLAGS) -Iengine -o $@ $< $(BUILD)/asan/libdlshim_engine.a -lcmocka -lpthread
+
+deps:
+	scripts/install-deps.sh
+
+# One closing line "N passed, N failed" for the whole run (tests/run-all.sh).
+test: deps
+	$(MAKE) all $(UNIT_BIN) $(ASAN_UNIT_BIN)
+	tests/run-all.sh
+
+unit: $(UNIT_BIN)
+	tests/run-all.sh --only unit
+unit-asan: $(ASAN_UNIT_BIN)
+	tests/run-all.sh --only unit-asan
+integration: all
+	tests/run-all.sh --only integration
+
+valgrind: all $(UNIT_BIN)
+	tests/run-all.sh --only valgrind
+
+bench: bench-core
+bench-core: all
+	bench/bench_core.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/dlshim $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0755 $(DAEMON) $(CLI) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 include/dlshim/*.h $(DESTDIR)$(PREFIX)/include/dlshim/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' dlshim.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/dlshim.pc
+
+lint:
+	clang-format --dry-run --Werror $(ENGINE_SRC) $(SHIM_SRC) $(DAEMON_SRC) $(CLI_SRC) || true
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability -Iinclude engine shim tools
+
+clean:
+	rm -rf $(BUILD)

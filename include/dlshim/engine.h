@@ -1,0 +1,110 @@
+/* The dlshim engine: a plain library that owns the catalog of dataset files,
+ * the jobs, the shared cache's allocation and the eviction policy, and makes
+ * every decision. It does no socket I/O and knows nothing of processes: the
+ * coordinator wraps it (one mutex around every call) and unit tests drive it
+ * directly on a private buffer.
+ *
+ * Limitations: not thread-safe by itself; item ids and job ids are dense
+ * indices valid for the engine's lifetime; at most DLSHIM_ENGINE_MAX_JOBS
+ * live jobs.
+ */
+#ifndef DLSHIM_ENGINE_H
+#define DLSHIM_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "dlshim/config.h"
+
+#define DLSHIM_ENGINE_MAX_JOBS 64
+#define DLSHIM_NO_ITEM UINT32_MAX
+
+struct dlshim_engine;
+
+struct dlshim_engine_opts {
+	void *shm_base;           /* formatted by dlshim_engine_create */
+	size_t shm_len;
+	enum dlshim_evict evict;
+	uint64_t seed;
+	uint64_t max_item_bytes;  /* larger files pass through */
+};
+
+struct dlshim_file_id {
+	uint64_t dev, ino;
+	uint64_t size;
+	int64_t mtime_ns;
+};
+
+enum dlshim_open_kind {
+	DLSHIM_OPEN_HIT = 1,      /* published in `slot` with `gen`; pinned for the caller */
+	DLSHIM_OPEN_LOAD,         /* caller must fill `slot` and call load_done; pinned */
+	DLSHIM_OPEN_WAIT,         /* another caller is loading it: wait, then ask again */
+	DLSHIM_OPEN_PASS,         /* not cached (too big, no space): read the real file */
+};
+
+struct dlshim_open_result {
+	enum dlshim_open_kind kind;
+	uint32_t item;
+	uint32_t slot;
+	uint64_t gen;
+	uint64_t size;
+};
+
+struct dlshim_job_stats {
+	uint64_t requests, hits, misses, waits, passthrough;
+	uint64_t bytes_from_disk, bytes_from_cache, bytes_passthrough;
+	uint64_t epochs, files_loaded, evictions;
+};
+
+struct dlshim_cache_stats {
+	uint64_t capacity_bytes, used_bytes, items_resident, items_pinned, items_known;
+	uint64_t loads, evictions, stale_reloads, alloc_failures;
+};
+
+/* Create an engine over `opts->shm_base` (formats the segment). NULL on
+ * a segment too small to hold one block or on allocation failure. */
+struct dlshim_engine *dlshim_engine_create(const struct dlshim_engine_opts *opts);
+void dlshim_engine_destroy(struct dlshim_engine *e);
+
+/* Attach one client session to the job named `name` (created if absent).
+ * Returns the job id or -1 when the job table is full. Each attach must be
+ * matched by a detach; the job ends (its references are dropped) when its
+ * last session detaches. */
+int dlshim_engine_job_attach(struct dlshim_engine *e, const char *name);
+void dlshim_engine_job_detach(struct dlshim_engine *e, int job);
+/* Declare that `id` belongs to the job's dataset (roots scanned by the
+ * caller). Safe to repeat. Returns the item id. */
+uint32_t dlshim_engine_job_add_item(struct dlshim_engine *e, int job, const struct dlshim_file_id *id);
+int dlshim_engine_job_find(struct dlshim_engine *e, const char *name);
+const char *dlshim_engine_job_name(struct dlshim_engine *e, int job);
+int dlshim_engine_job_live(struct dlshim_engine *e, int job);
+int dlshim_engine_njobs(struct dlshim_engine *e);   /* ids are 0..njobs-1, live or not */
+
+/* Request the file `id` for `job`. Never blocks. */
+void dlshim_engine_open(struct dlshim_engine *e, int job, const struct dlshim_file_id *id,
+			struct dlshim_open_result *res);
+/* Scatter list covering the bytes of a slot being loaded, starting at item
+ * offset `off`. Returns the number of iovecs filled (<= max). */
+int dlshim_engine_slot_iov(struct dlshim_engine *e, uint32_t slot, uint64_t off, struct iovec *iov,
+			   int max);
+/* Finish a LOAD: publish on ok (returns the new generation, which the loader
+ * now holds pinned) or free the slot and return 0. */
+uint64_t dlshim_engine_load_done(struct dlshim_engine *e, int job, uint32_t item, int ok);
+/* Drop one pin taken by a HIT or LOAD. `bytes_cache`/`bytes_pass` are what
+ * the client served from the cache / from the real descriptor. */
+void dlshim_engine_release(struct dlshim_engine *e, int job, uint32_t item, uint64_t gen,
+			   uint64_t bytes_cache, uint64_t bytes_pass);
+/* Account a routed open that the client served without the cache. */
+void dlshim_engine_note_pass(struct dlshim_engine *e, int job, uint64_t bytes);
+
+/* Read-only state for stats and tests. */
+void dlshim_engine_job_stats(struct dlshim_engine *e, int job, struct dlshim_job_stats *out);
+void dlshim_engine_cache_stats(struct dlshim_engine *e, struct dlshim_cache_stats *out);
+/* Number of live jobs that still need `item` this epoch (RefCnt). */
+uint32_t dlshim_engine_item_refcnt(struct dlshim_engine *e, uint32_t item);
+int dlshim_engine_item_resident(struct dlshim_engine *e, uint32_t item);
+uint32_t dlshim_engine_item_pins(struct dlshim_engine *e, uint32_t item);
+uint32_t dlshim_engine_find_item(struct dlshim_engine *e, uint64_t dev, uint64_t ino);
+
+#endif

@@ -1,0 +1,98 @@
+/* Client <-> coordinator protocol over a unix SOCK_SEQPACKET socket.
+ *
+ * Every message is one packet: a fixed header followed by a payload whose
+ * layout depends on `type`. All integers are fixed-width in host order (both
+ * ends run on one machine); sizes and offsets are 64-bit. Bulk data never
+ * crosses the socket: replies carry slot indices into the shared segment,
+ * whose descriptor travels once with SCM_RIGHTS. Encoding and decoding live
+ * in engine/proto.c, linked by both sides and fuzzed.
+ */
+#ifndef DLSHIM_PROTO_H
+#define DLSHIM_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DLSHIM_PROTO_MAGIC 0x31534c44u /* "DLS1" */
+#define DLSHIM_PROTO_VERSION 1u
+#define DLSHIM_MSG_MAX (256u * 1024u)
+
+enum dlshim_msg_type {
+	DLSHIM_MSG_HELLO = 1,     /* c->d: who I am; reply HELLO_OK + segment fd */
+	DLSHIM_MSG_HELLO_OK,
+	DLSHIM_MSG_OPEN,          /* c->d: open a file by identity; reply OPEN_R */
+	DLSHIM_MSG_OPEN_R,
+	DLSHIM_MSG_LOADFD,        /* c->d: descriptor of the file to load (after NEED_FD) */
+	DLSHIM_MSG_RELEASE,       /* c->d: drop a pin; no reply */
+	DLSHIM_MSG_STATS,         /* c->d: ask for the JSON state; reply TEXT */
+	DLSHIM_MSG_TEXT,
+	DLSHIM_MSG_STOP,          /* c->d: shut down; reply TEXT */
+	DLSHIM_MSG_ERROR,         /* d->c: request refused; payload is a message */
+	DLSHIM_MSG_TYPE_MAX
+};
+
+struct dlshim_msg_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t len;             /* payload bytes after the header */
+	uint32_t seq;             /* echoed in the reply */
+};
+
+#define DLSHIM_HELLO_CLIENT 0u  /* a shim session */
+#define DLSHIM_HELLO_CONTROL 1u /* the CLI: attaches to no job */
+
+struct dlshim_msg_hello {
+	uint32_t pid;
+	uint32_t kind;            /* DLSHIM_HELLO_* */
+	uint64_t session;         /* same for every connection of one process */
+	char job[128];            /* NUL-terminated */
+};
+
+struct dlshim_msg_hello_ok {
+	uint32_t daemon_pid;
+	uint32_t pad;
+	uint64_t segment_id;
+	uint64_t shm_len;
+};
+
+struct dlshim_msg_open {
+	uint64_t dev, ino, size;
+	int64_t mtime_ns;
+};
+
+enum dlshim_open_status {
+	DLSHIM_OPEN_R_HIT = 1,    /* served from slot/gen */
+	DLSHIM_OPEN_R_PASS,       /* read the real file */
+	DLSHIM_OPEN_R_NEED_FD,    /* send LOADFD with the descriptor, then wait for OPEN_R */
+};
+
+struct dlshim_msg_open_r {
+	uint32_t status;
+	uint32_t item;
+	uint32_t slot;
+	uint32_t pad;
+	uint64_t gen;
+	uint64_t size;
+};
+
+struct dlshim_msg_release {
+	uint32_t item;
+	uint32_t pad;
+	uint64_t gen;
+	uint64_t bytes_cache;
+	uint64_t bytes_pass;
+};
+
+/* Encode a message into `buf` (at least sizeof hdr + len). Returns the
+ * packet length. */
+size_t dlshim_msg_encode(void *buf, uint16_t type, uint32_t seq, const void *payload, uint32_t len);
+
+/* Validate a received packet of `n` bytes: magic, version, known type,
+ * declared length equal to the packet and to the type's payload size (TEXT,
+ * ERROR and STATS/STOP have variable or empty payloads). Returns 0 and sets
+ * *hdr and *payload, or -1 with `why` naming the problem. */
+int dlshim_msg_decode(const void *buf, size_t n, struct dlshim_msg_hdr *hdr, const void **payload,
+		      const char **why);
+
+#endif
