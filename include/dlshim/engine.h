@@ -81,9 +81,11 @@ const char *dlshim_engine_job_name(struct dlshim_engine *e, int job);
 int dlshim_engine_job_live(struct dlshim_engine *e, int job);
 int dlshim_engine_njobs(struct dlshim_engine *e);   /* ids are 0..njobs-1, live or not */
 
+#define DLSHIM_OPEN_F_RETRY 1u /* asking again after WAIT: not a new request */
+
 /* Request the file `id` for `job`. Never blocks. */
 void dlshim_engine_open(struct dlshim_engine *e, int job, const struct dlshim_file_id *id,
-			struct dlshim_open_result *res);
+			unsigned flags, struct dlshim_open_result *res);
 /* Scatter list covering the bytes of a slot being loaded, starting at item
  * offset `off`. Returns the number of iovecs filled (<= max). */
 int dlshim_engine_slot_iov(struct dlshim_engine *e, uint32_t slot, uint64_t off, struct iovec *iov,
@@ -91,10 +93,12 @@ int dlshim_engine_slot_iov(struct dlshim_engine *e, uint32_t slot, uint64_t off,
 /* Finish a LOAD: publish on ok (returns the new generation, which the loader
  * now holds pinned) or free the slot and return 0. */
 uint64_t dlshim_engine_load_done(struct dlshim_engine *e, int job, uint32_t item, int ok);
-/* Drop one pin taken by a HIT or LOAD. `bytes_cache`/`bytes_pass` are what
- * the client served from the cache / from the real descriptor. */
-void dlshim_engine_release(struct dlshim_engine *e, int job, uint32_t item, uint64_t gen,
-			   uint64_t bytes_cache, uint64_t bytes_pass);
+/* Drop one pin on `slot` taken by a HIT or LOAD with generation `gen`
+ * (slot UINT32_MAX: nothing pinned, only account bytes). `bytes_cache` /
+ * `bytes_pass` are what the client served from the cache / from the real
+ * descriptor. A release that matches no pin is ignored and returns -1. */
+int dlshim_engine_release(struct dlshim_engine *e, int job, uint32_t slot, uint64_t gen,
+			  uint64_t bytes_cache, uint64_t bytes_pass);
 /* Account a routed open that the client served without the cache. */
 void dlshim_engine_note_pass(struct dlshim_engine *e, int job, uint64_t bytes);
 
@@ -105,6 +109,7 @@ void dlshim_engine_cache_stats(struct dlshim_engine *e, struct dlshim_cache_stat
 uint32_t dlshim_engine_item_refcnt(struct dlshim_engine *e, uint32_t item);
 int dlshim_engine_item_resident(struct dlshim_engine *e, uint32_t item);
 uint32_t dlshim_engine_item_pins(struct dlshim_engine *e, uint32_t item);
+uint64_t dlshim_engine_segment_id(struct dlshim_engine *e);
 uint32_t dlshim_engine_find_item(struct dlshim_engine *e, uint64_t dev, uint64_t ino);
 
 #endif

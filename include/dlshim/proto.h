@@ -78,7 +78,7 @@ struct dlshim_msg_open_r {
 
 struct dlshim_msg_release {
 	uint32_t item;
-	uint32_t pad;
+	uint32_t slot;            /* UINT32_MAX: a routed file read without the cache */
 	uint64_t gen;
 	uint64_t bytes_cache;
 	uint64_t bytes_pass;

@@ -1,0 +1,63 @@
+/* The coordinator around the engine: one mutex guards the engine and the
+ * sessions; each connection has a thread; loader threads do the disk reads. */
+#ifndef DLSHIM_DAEMON_H
+#define DLSHIM_DAEMON_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+#include <uthash.h>
+
+#include "dlshim/config.h"
+#include "dlshim/engine.h"
+
+struct pin {
+	uint32_t slot;
+	uint64_t gen;
+};
+
+/* All connections of one client process share a session: its job
+ * attachment and its pins, released together when the last one closes. */
+struct session {
+	uint64_t id;
+	uint32_t pid;
+	int job;
+	int conns;
+	struct pin *pins;
+	size_t npins, cap;
+	UT_hash_handle hh;
+};
+
+struct daemon {
+	struct dlshim_config cfg;
+	pthread_mutex_t mu;
+	pthread_cond_t loaded;  /* broadcast when any load finishes */
+	struct dlshim_engine *eng;
+	int shm_fd;
+	size_t shm_len;
+	uint64_t segment_id;
+	struct session *sessions;
+	int nclients;           /* live client connections (not CLI) */
+	time_t idle_since;
+	time_t started;
+	volatile int stopping;
+	int listen_fd;
+	int log_fd;
+};
+
+extern struct daemon D;
+
+void dlog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* server.c */
+void *conn_thread(void *arg);
+
+/* loader.c: read `size` bytes of `fd` into the slot; 0 or -1. Blocks the
+ * caller until one of the loader threads has done it. */
+int loader_start(int nthreads);
+int loader_load(int fd, uint32_t slot, uint64_t size);
+
+/* stats_json.c: the JSON state; `job` >= 0 gives that job's object only. */
+size_t stats_json(char *buf, size_t cap, int job);
+
+#endif

@@ -1,0 +1,96 @@
+/* Loader threads: the only threads that read dataset files. Bounding them
+ * bounds concurrent device requests whatever the number of clients. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+struct load_req {
+	int fd;
+	uint32_t slot;
+	uint64_t size;
+	int done, rc;
+	pthread_cond_t cv;
+	struct load_req *next;
+};
+
+static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q_cv = PTHREAD_COND_INITIALIZER;
+static struct load_req *q_head, *q_tail;
+
+/* Read the whole file into the slot's blocks with preadv. The engine's iov
+ * points into the shared segment; the slot is pinned and unpublished, so
+ * no one else touches it meanwhile. */
+static int do_load(int fd, uint32_t slot, uint64_t size)
+{
+	uint64_t off = 0;
+	struct iovec iov[256];
+	while (off < size) {
+		pthread_mutex_lock(&D.mu);
+		int n = dlshim_engine_slot_iov(D.eng, slot, off, iov, 256);
+		pthread_mutex_unlock(&D.mu);
+		if (n <= 0)
+			return -1;
+		ssize_t r = preadv(fd, iov, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1; /* error or the file shrank: never publish a short item */
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+static void *loader_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		pthread_mutex_lock(&q_mu);
+		while (q_head == NULL)
+			pthread_cond_wait(&q_cv, &q_mu);
+		struct load_req *r = q_head;
+		q_head = r->next;
+		if (q_head == NULL)
+			q_tail = NULL;
+		pthread_mutex_unlock(&q_mu);
+		int rc = do_load(r->fd, r->slot, r->size);
+		pthread_mutex_lock(&q_mu);
+		r->rc = rc;
+		r->done = 1;
+		pthread_cond_signal(&r->cv);
+		pthread_mutex_unlock(&q_mu);
+	}
+	return NULL;
+}
+
+int loader_start(int nthreads)
+{
+	for (int i = 0; i < nthreads; i++) {
+		pthread_t t;
+		if (pthread_create(&t, NULL, loader_main, NULL) != 0)
+			return -1;
+		pthread_detach(t);
+	}
+	return 0;
+}
+
+int loader_load(int fd, uint32_t slot, uint64_t size)
+{
+	struct load_req r = {.fd = fd, .slot = slot, .size = size};
+	pthread_cond_init(&r.cv, NULL);
+	pthread_mutex_lock(&q_mu);
+	if (q_tail)
+		q_tail->next = &r;
+	else
+		q_head = &r;
+	q_tail = &r;
+	pthread_cond_signal(&q_cv);
+	while (!r.done)
+		pthread_cond_wait(&r.cv, &q_mu);
+	pthread_mutex_unlock(&q_mu);
+	pthread_cond_destroy(&r.cv);
+	return r.rc;
+}

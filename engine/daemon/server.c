@@ -1,0 +1,300 @@
+/* One thread per client connection: decode a request, ask the engine under
+ * the daemon mutex, reply. Anything malformed drops that client only. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "dlshim/proto.h"
+
+struct conn {
+	int fd;
+	struct session *s;  /* NULL for control connections (CLI) */
+	int control;
+	uint32_t seq;
+};
+
+static int reply(struct conn *c, uint16_t type, const void *p, uint32_t len, int pass_fd)
+{
+	static __thread char buf[DLSHIM_MSG_MAX + sizeof(struct dlshim_msg_hdr)];
+	if (len > DLSHIM_MSG_MAX)
+		return -1;
+	size_t n = dlshim_msg_encode(buf, type, c->seq, p, len);
+	struct iovec iov = {buf, n};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	char ctl[CMSG_SPACE(sizeof(int))];
+	if (pass_fd >= 0) {
+		memset(ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl;
+		mh.msg_controllen = sizeof(ctl);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+	}
+	ssize_t r;
+	do
+		r = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	return r == (ssize_t)n ? 0 : -1;
+}
+
+/* Receive one request. Returns the payload length, -1 on EOF/error, -2 on
+ * a malformed packet. `buf` must be 8-byte aligned. */
+static long receive(struct conn *c, void *buf, size_t cap, struct dlshim_msg_hdr *h, int *rfd)
+{
+	char raw[sizeof(struct dlshim_msg_hdr) + 1024];
+	struct iovec iov = {raw, sizeof(raw)};
+	char ctl[CMSG_SPACE(sizeof(int) * 4)];
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
+	*rfd = -1;
+	ssize_t n;
+	do
+		n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0)
+		return -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int f;
+			memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (*rfd < 0)
+				*rfd = f;
+			else
+				close(f); /* more descriptors than any request carries */
+		}
+	}
+	const void *payload;
+	const char *why;
+	if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || dlshim_msg_decode(raw, (size_t)n, h, &payload, &why) ||
+	    h->len > cap) {
+		dlog(DLSHIM_LOG_WARN, "dropping client fd %d: malformed message (%s)", c->fd,
+		     (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? "truncated" : why);
+		if (*rfd >= 0)
+			close(*rfd);
+		*rfd = -1;
+		return -2;
+	}
+	c->seq = h->seq;
+	memcpy(buf, payload, h->len);
+	return h->len;
+}
+
+static void session_add_pin(struct session *s, uint32_t slot, uint64_t gen)
+{
+	if (s->npins == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 16;
+		struct pin *p = realloc(s->pins, cap * sizeof(*p));
+		if (p == NULL)
+			return; /* the pin then lives until the coordinator exits */
+		s->pins = p;
+		s->cap = cap;
+	}
+	s->pins[s->npins++] = (struct pin){slot, gen};
+}
+
+static int session_drop_pin(struct session *s, uint32_t slot, uint64_t gen)
+{
+	for (size_t i = s->npins; i-- > 0;)
+		if (s->pins[i].slot == slot && s->pins[i].gen == gen) {
+			s->pins[i] = s->pins[--s->npins];
+			return 0;
+		}
+	return -1;
+}
+
+static int handle_hello(struct conn *c, const struct dlshim_msg_hello *h)
+{
+	struct dlshim_msg_hello_ok ok = {.daemon_pid = (uint32_t)getpid(), .segment_id = D.segment_id,
+					 .shm_len = D.shm_len};
+	pthread_mutex_lock(&D.mu);
+	if (h->kind == DLSHIM_HELLO_CONTROL) {
+		c->control = 1;
+	} else {
+		struct session *s;
+		HASH_FIND(hh, D.sessions, &h->session, sizeof(h->session), s);
+		if (s == NULL) {
+			int job = dlshim_engine_job_attach(D.eng, h->job);
+			if (job < 0) {
+				pthread_mutex_unlock(&D.mu);
+				dlog(DLSHIM_LOG_WARN, "job table full: refusing pid %u", h->pid);
+				return -1;
+			}
+			s = calloc(1, sizeof(*s));
+			if (s == NULL) {
+				dlshim_engine_job_detach(D.eng, job);
+				pthread_mutex_unlock(&D.mu);
+				return -1;
+			}
+			s->id = h->session;
+			s->pid = h->pid;
+			s->job = job;
+			HASH_ADD(hh, D.sessions, id, sizeof(s->id), s);
+			dlog(DLSHIM_LOG_INFO, "session %016llx pid %u joins job %s", (unsigned long long)s->id,
+			     h->pid, h->job);
+		}
+		s->conns++;
+		c->s = s;
+		D.nclients++;
+	}
+	pthread_mutex_unlock(&D.mu);
+	return reply(c, DLSHIM_MSG_HELLO_OK, &ok, sizeof(ok), D.shm_fd);
+}
+
+/* Load a missed file from the descriptor the client passed, after checking
+ * it is the very file the engine allocated for. */
+static int load_from(int fd, const struct dlshim_msg_open *o, uint32_t slot)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_dev != o->dev ||
+	    (uint64_t)st.st_ino != o->ino || (uint64_t)st.st_size != o->size ||
+	    (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec != o->mtime_ns)
+		return -1;
+	return loader_load(fd, slot, o->size);
+}
+
+static int handle_open(struct conn *c, const struct dlshim_msg_open *o)
+{
+	struct dlshim_file_id id = {o->dev, o->ino, o->size, o->mtime_ns};
+	struct dlshim_open_result res;
+	struct dlshim_msg_open_r r;
+	memset(&r, 0, sizeof(r));
+	r.status = DLSHIM_OPEN_R_PASS;
+	pthread_mutex_lock(&D.mu);
+	unsigned flags = 0;
+	for (;;) {
+		dlshim_engine_open(D.eng, c->s->job, &id, flags, &res);
+		if (res.kind != DLSHIM_OPEN_WAIT)
+			break;
+		flags = DLSHIM_OPEN_F_RETRY;
+		pthread_cond_wait(&D.loaded, &D.mu);
+	}
+	if (res.kind == DLSHIM_OPEN_HIT)
+		session_add_pin(c->s, res.slot, res.gen);
+	pthread_mutex_unlock(&D.mu);
+
+	if (res.kind == DLSHIM_OPEN_LOAD) {
+		r.status = DLSHIM_OPEN_R_NEED_FD;
+		int ok = reply(c, DLSHIM_MSG_OPEN_R, &r, sizeof(r), -1) == 0;
+		int fd = -1;
+		struct dlshim_msg_hdr h;
+		uint64_t tmp[8];
+		if (ok)
+			ok = receive(c, tmp, sizeof(tmp), &h, &fd) == 0 && h.type == DLSHIM_MSG_LOADFD && fd >= 0;
+		if (ok)
+			ok = load_from(fd, o, res.slot) == 0;
+		if (fd >= 0)
+			close(fd);
+		pthread_mutex_lock(&D.mu);
+		uint64_t gen = dlshim_engine_load_done(D.eng, c->s->job, res.item, ok);
+		if (gen) {
+			session_add_pin(c->s, res.slot, gen);
+			res.kind = DLSHIM_OPEN_HIT;
+			res.gen = gen;
+		} else {
+			res.kind = DLSHIM_OPEN_PASS;
+		}
+		pthread_cond_broadcast(&D.loaded);
+		pthread_mutex_unlock(&D.mu);
+		r.status = DLSHIM_OPEN_R_PASS;
+	}
+	if (res.kind == DLSHIM_OPEN_HIT) {
+		r.status = DLSHIM_OPEN_R_HIT;
+		r.item = res.item;
+		r.slot = res.slot;
+		r.gen = res.gen;
+		r.size = res.size;
+	}
+	return reply(c, DLSHIM_MSG_OPEN_R, &r, sizeof(r), -1);
+}
+
+static void handle_release(struct conn *c, const struct dlshim_msg_release *m)
+{
+	pthread_mutex_lock(&D.mu);
+	if (m->slot == UINT32_MAX || session_drop_pin(c->s, m->slot, m->gen) == 0)
+		dlshim_engine_release(D.eng, c->s->job, m->slot, m->gen, m->bytes_cache, m->bytes_pass);
+	else
+		dlog(DLSHIM_LOG_WARN, "pid %u released a pin it does not hold (slot %u)", c->s->pid, m->slot);
+	pthread_mutex_unlock(&D.mu);
+}
+
+static void conn_end(struct conn *c)
+{
+	pthread_mutex_lock(&D.mu);
+	struct session *s = c->s;
+	if (s) {
+		D.nclients--;
+		if (--s->conns == 0) {
+			/* The process is gone (or closed every connection): whatever
+			 * it still pinned goes back to the pool. */
+			for (size_t i = 0; i < s->npins; i++)
+				dlshim_engine_release(D.eng, s->job, s->pins[i].slot, s->pins[i].gen, 0, 0);
+			if (s->npins)
+				dlog(DLSHIM_LOG_INFO, "pid %u left with %zu pins; released", s->pid, s->npins);
+			dlshim_engine_job_detach(D.eng, s->job);
+			HASH_DEL(D.sessions, s);
+			free(s->pins);
+			free(s);
+		}
+		if (D.nclients == 0)
+			D.idle_since = time(NULL);
+	}
+	pthread_mutex_unlock(&D.mu);
+	close(c->fd);
+	free(c);
+}
+
+void *conn_thread(void *arg)
+{
+	struct conn *c = calloc(1, sizeof(*c));
+	if (c == NULL) {
+		close((int)(intptr_t)arg);
+		return NULL;
+	}
+	c->fd = (int)(intptr_t)arg;
+	uint64_t buf[(DLSHIM_MSG_MAX / 8) + 1];
+	struct dlshim_msg_hdr h;
+	int fd;
+	for (;;) {
+		long n = receive(c, buf, sizeof(buf), &h, &fd);
+		if (n < 0)
+			break;
+		if (fd >= 0) {
+			close(fd); /* descriptors only travel with LOADFD, handled in handle_open */
+			fd = -1;
+		}
+		int rc = 0;
+		if (h.type == DLSHIM_MSG_HELLO && c->s == NULL && !c->control) {
+			rc = handle_hello(c, (const struct dlshim_msg_hello *)buf);
+		} else if (h.type == DLSHIM_MSG_OPEN && c->s) {
+			rc = handle_open(c, (const struct dlshim_msg_open *)buf);
+		} else if (h.type == DLSHIM_MSG_RELEASE && c->s) {
+			handle_release(c, (const struct dlshim_msg_release *)buf);
+		} else if (h.type == DLSHIM_MSG_STATS && (c->s || c->control)) {
+			static __thread char txt[DLSHIM_MSG_MAX];
+			pthread_mutex_lock(&D.mu);
+			size_t len = stats_json(txt, sizeof(txt), c->s ? c->s->job : -1);
+			pthread_mutex_unlock(&D.mu);
+			rc = reply(c, DLSHIM_MSG_TEXT, txt, (uint32_t)len, -1);
+		} else if (h.type == DLSHIM_MSG_STOP && c->control) {
+			reply(c, DLSHIM_MSG_TEXT, "stopping", 8, -1);
+			dlog(DLSHIM_LOG_INFO, "stop requested");
+			D.stopping = 1;
+			shutdown(D.listen_fd, SHUT_RDWR);
+		} else {
+			dlog(DLSHIM_LOG_WARN, "dropping client fd %d: unexpected message type %u", c->fd, h.type);
+			rc = -1;
+		}
+		if (rc < 0)
+			break;
+	}
+	conn_end(c);
+	return NULL;
+}

@@ -1,0 +1,81 @@
+/* The coordinator's state as JSON (docs/interfaces.md). Called with D.mu held. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+struct out {
+	char *p;
+	size_t cap, len;
+};
+
+static void put(struct out *o, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (o->len < o->cap) {
+		int n = vsnprintf(o->p + o->len, o->cap - o->len, fmt, ap);
+		if (n > 0)
+			o->len = (size_t)n < o->cap - o->len ? o->len + (size_t)n : o->cap - 1;
+	}
+	va_end(ap);
+}
+
+static int job_sessions(int job)
+{
+	int n = 0;
+	for (struct session *s = D.sessions; s; s = s->hh.next)
+		n += s->job == job;
+	return n;
+}
+
+static void job_obj(struct out *o, int j)
+{
+	struct dlshim_job_stats st;
+	dlshim_engine_job_stats(D.eng, j, &st);
+	/* Job names are restricted to a JSON-safe alphabet by the config parser. */
+	put(o,
+	    "{\"job\":\"%s\",\"live\":%s,\"sessions\":%d,\"requests\":%llu,\"hits\":%llu,\"misses\":%llu,"
+	    "\"waits\":%llu,\"passthrough\":%llu,\"bytes_from_cache\":%llu,\"bytes_from_disk\":%llu,"
+	    "\"bytes_passthrough\":%llu,\"epochs\":%llu,\"files_loaded\":%llu,\"evictions\":%llu}",
+	    dlshim_engine_job_name(D.eng, j), dlshim_engine_job_live(D.eng, j) ? "true" : "false", job_sessions(j),
+	    (unsigned long long)st.requests, (unsigned long long)st.hits, (unsigned long long)st.misses,
+	    (unsigned long long)st.waits, (unsigned long long)st.passthrough,
+	    (unsigned long long)st.bytes_from_cache, (unsigned long long)st.bytes_from_disk,
+	    (unsigned long long)st.bytes_passthrough, (unsigned long long)st.epochs,
+	    (unsigned long long)st.files_loaded, (unsigned long long)st.evictions);
+}
+
+size_t stats_json(char *buf, size_t cap, int job)
+{
+	struct out o = {buf, cap, 0};
+	buf[0] = 0;
+	if (job >= 0) {
+		job_obj(&o, job);
+		put(&o, "\n");
+		return o.len;
+	}
+	struct dlshim_cache_stats cs;
+	dlshim_engine_cache_stats(D.eng, &cs);
+	put(&o, "{\"daemon\":{\"pid\":%d,\"uptime_s\":%ld,\"sessions\":%u,\"clients\":%d,\"segment_id\":\"%016llx\","
+		"\"runtime_dir\":\"%s\",\"evict\":\"%s\"},\n",
+	    (int)getpid(), (long)(time(NULL) - D.started), HASH_COUNT(D.sessions), D.nclients,
+	    (unsigned long long)D.segment_id, D.cfg.runtime_dir, dlshim_evict_name(D.cfg.evict));
+	put(&o,
+	    " \"cache\":{\"capacity_bytes\":%llu,\"used_bytes\":%llu,\"items_resident\":%llu,\"items_pinned\":%llu,"
+	    "\"items_known\":%llu,\"loads\":%llu,\"evictions\":%llu,\"stale_reloads\":%llu,\"alloc_failures\":%llu},\n",
+	    (unsigned long long)cs.capacity_bytes, (unsigned long long)cs.used_bytes,
+	    (unsigned long long)cs.items_resident, (unsigned long long)cs.items_pinned,
+	    (unsigned long long)cs.items_known, (unsigned long long)cs.loads, (unsigned long long)cs.evictions,
+	    (unsigned long long)cs.stale_reloads, (unsigned long long)cs.alloc_failures);
+	put(&o, " \"jobs\":[");
+	int n = dlshim_engine_njobs(D.eng);
+	for (int j = 0; j < n; j++) {
+		put(&o, j ? ",\n  " : "\n  ");
+		job_obj(&o, j);
+	}
+	put(&o, "]}\n");
+	return o.len;
+}

@@ -1,0 +1,637 @@
+/* The engine: catalog of files, jobs with per-epoch consumption, slot and
+ * block allocation in the shared segment, and eviction. See engine.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <uthash.h>
+
+#include "dlshim/engine.h"
+#include "dlshim/shm.h"
+#include "evict.h"
+
+#define NONE UINT32_MAX
+
+enum item_state { ITEM_ABSENT = 0, ITEM_LOADING, ITEM_RESIDENT };
+
+/* One file known to the engine, identified by (dev, ino) across jobs. */
+struct item {
+	uint64_t dev, ino, size;
+	int64_t mtime_ns;
+	uint32_t slot;     /* NONE unless loading or resident */
+	uint32_t refcnt;   /* live jobs that still need it this epoch */
+	uint8_t state;
+};
+
+/* Private shadow of each shared slot: who owns it and how many pins. */
+struct slot_priv {
+	uint32_t item;     /* NONE when free or orphaned */
+	uint32_t pins;
+	uint64_t gen;      /* last published generation */
+	uint8_t used;
+};
+
+struct key_node {
+	struct {
+		uint64_t dev, ino;
+	} key;
+	uint32_t item;
+	UT_hash_handle hh;
+};
+
+struct job {
+	char name[DLSHIM_JOB_MAX];
+	uint32_t sessions;
+	int live;
+	uint64_t *needed, *consumed; /* bitmaps over item ids */
+	uint64_t dataset_size, consumed_count;
+	struct dlshim_job_stats st;
+};
+
+struct dlshim_engine {
+	struct dlshim_shm_header *hdr;
+	struct dlshim_shm_slot *slots;
+	uint32_t *next;
+	struct slot_priv *sp;
+	uint32_t *free_slots, nfree_slots;
+	uint32_t *free_blocks, nfree_blocks;
+	uint64_t nblocks, nslots;
+
+	struct item *items;
+	uint32_t nitems, items_cap;
+	struct key_node *index;
+
+	struct job jobs[DLSHIM_ENGINE_MAX_JOBS];
+	int njobs;
+
+	struct evictor ev;
+	uint64_t max_item_bytes;
+	uint64_t pinned_slots;
+	struct dlshim_cache_stats cs;
+};
+
+static inline int bit_get(const uint64_t *b, uint32_t i) { return (b[i / 64] >> (i % 64)) & 1; }
+static inline void bit_set(uint64_t *b, uint32_t i) { b[i / 64] |= 1ULL << (i % 64); }
+static inline void bit_clr(uint64_t *b, uint32_t i) { b[i / 64] &= ~(1ULL << (i % 64)); }
+
+static uint64_t random_id(uint64_t seed)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t z = seed ^ ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	return z ^ (z >> 31);
+}
+
+struct dlshim_engine *dlshim_engine_create(const struct dlshim_engine_opts *o)
+{
+	uint64_t nslots, nblocks;
+	/* Largest data area whose layout fits in the given length. */
+	uint64_t data = o->shm_len;
+	size_t need = dlshim_shm_layout(data, &nslots, &nblocks);
+	while (need > o->shm_len && data > DLSHIM_BLOCK_SIZE) {
+		data -= (need - o->shm_len) + DLSHIM_BLOCK_SIZE;
+		if ((int64_t)data <= 0)
+			return NULL;
+		need = dlshim_shm_layout(data, &nslots, &nblocks);
+	}
+	if (need > o->shm_len || o->shm_base == NULL)
+		return NULL;
+
+	struct dlshim_engine *e = calloc(1, sizeof(*e));
+	if (e == NULL)
+		return NULL;
+	memset(o->shm_base, 0, sizeof(struct dlshim_shm_header));
+	struct dlshim_shm_header *h = o->shm_base;
+	h->magic = DLSHIM_SHM_MAGIC;
+	h->version = DLSHIM_SHM_VERSION;
+	h->header_size = sizeof(*h);
+	h->slot_size = sizeof(struct dlshim_shm_slot);
+	h->block_size = DLSHIM_BLOCK_SIZE;
+	h->nslots = nslots;
+	h->nblocks = nblocks;
+	h->slots_off = (sizeof(*h) + 63) / 64 * 64;
+	h->next_off = (h->slots_off + nslots * sizeof(struct dlshim_shm_slot) + 63) / 64 * 64;
+	h->data_off = (h->next_off + nblocks * sizeof(uint32_t) + 4095) / 4096 * 4096;
+	h->total_size = o->shm_len;
+	h->segment_id = random_id(o->seed);
+	e->hdr = h;
+	e->slots = (struct dlshim_shm_slot *)((uint8_t *)o->shm_base + h->slots_off);
+	e->next = (uint32_t *)((uint8_t *)o->shm_base + h->next_off);
+	e->nslots = nslots;
+	e->nblocks = nblocks;
+	e->sp = calloc(nslots, sizeof(*e->sp));
+	e->free_slots = malloc(nslots * sizeof(uint32_t));
+	e->free_blocks = malloc(nblocks * sizeof(uint32_t));
+	if (!e->sp || !e->free_slots || !e->free_blocks || evict_init(&e->ev, o->evict, o->seed)) {
+		dlshim_engine_destroy(e);
+		return NULL;
+	}
+	for (uint64_t i = 0; i < nslots; i++) {
+		/* Free slots carry an odd generation: never valid for a reader. */
+		atomic_store_explicit(&e->slots[i].gen, 1, memory_order_relaxed);
+		e->slots[i].first_block = NONE;
+		e->sp[i].item = NONE;
+		e->free_slots[nslots - 1 - i] = (uint32_t)i;
+	}
+	e->nfree_slots = (uint32_t)nslots;
+	for (uint64_t i = 0; i < nblocks; i++) {
+		e->next[i] = NONE;
+		e->free_blocks[nblocks - 1 - i] = (uint32_t)i;
+	}
+	e->nfree_blocks = (uint32_t)nblocks;
+	e->max_item_bytes = o->max_item_bytes ? o->max_item_bytes : UINT64_MAX;
+	e->cs.capacity_bytes = nblocks * DLSHIM_BLOCK_SIZE;
+	return e;
+}
+
+void dlshim_engine_destroy(struct dlshim_engine *e)
+{
+	if (e == NULL)
+		return;
+	struct key_node *k, *tmp;
+	HASH_ITER(hh, e->index, k, tmp) {
+		HASH_DEL(e->index, k);
+		free(k);
+	}
+	for (int j = 0; j < e->njobs; j++) {
+		free(e->jobs[j].needed);
+		free(e->jobs[j].consumed);
+	}
+	evict_free(&e->ev);
+	free(e->items);
+	free(e->sp);
+	free(e->free_slots);
+	free(e->free_blocks);
+	free(e);
+}
+
+uint64_t dlshim_engine_segment_id(struct dlshim_engine *e) { return e->hdr->segment_id; }
+
+/* ---- catalog ---------------------------------------------------------- */
+
+static int reserve_items(struct dlshim_engine *e, uint32_t want)
+{
+	if (want <= e->items_cap)
+		return 0;
+	uint32_t cap = e->items_cap ? e->items_cap : 1024;
+	while (cap < want)
+		cap *= 2;
+	struct item *n = realloc(e->items, (size_t)cap * sizeof(*n));
+	if (n == NULL)
+		return -1;
+	e->items = n;
+	size_t oldw = (e->items_cap + 63) / 64, neww = (cap + 63) / 64;
+	for (int j = 0; j < e->njobs; j++) {
+		struct job *jb = &e->jobs[j];
+		if (!jb->live)
+			continue;
+		uint64_t *a = realloc(jb->needed, neww * 8), *b;
+		if (a == NULL)
+			return -1;
+		jb->needed = a;
+		b = realloc(jb->consumed, neww * 8);
+		if (b == NULL)
+			return -1;
+		jb->consumed = b;
+		memset(a + oldw, 0, (neww - oldw) * 8);
+		memset(b + oldw, 0, (neww - oldw) * 8);
+	}
+	if (evict_reserve(&e->ev, cap))
+		return -1;
+	e->items_cap = cap;
+	return 0;
+}
+
+static uint32_t item_lookup(struct dlshim_engine *e, uint64_t dev, uint64_t ino)
+{
+	struct key_node probe, *k;
+	memset(&probe, 0, sizeof(probe));
+	probe.key.dev = dev;
+	probe.key.ino = ino;
+	HASH_FIND(hh, e->index, &probe.key, sizeof(probe.key), k);
+	return k ? k->item : NONE;
+}
+
+uint32_t dlshim_engine_find_item(struct dlshim_engine *e, uint64_t dev, uint64_t ino)
+{
+	return item_lookup(e, dev, ino);
+}
+
+static uint32_t item_get(struct dlshim_engine *e, const struct dlshim_file_id *id)
+{
+	uint32_t it = item_lookup(e, id->dev, id->ino);
+	if (it != NONE)
+		return it;
+	if (reserve_items(e, e->nitems + 1))
+		return NONE;
+	struct key_node *k = calloc(1, sizeof(*k));
+	if (k == NULL)
+		return NONE;
+	it = e->nitems++;
+	struct item *x = &e->items[it];
+	memset(x, 0, sizeof(*x));
+	x->dev = id->dev;
+	x->ino = id->ino;
+	x->size = id->size;
+	x->mtime_ns = id->mtime_ns;
+	x->slot = NONE;
+	k->key.dev = id->dev;
+	k->key.ino = id->ino;
+	k->item = it;
+	HASH_ADD(hh, e->index, key, sizeof(k->key), k);
+	return it;
+}
+
+/* ---- reference counts (RefCnt) ------------------------------------------ */
+
+static void refcnt_add(struct dlshim_engine *e, uint32_t it, int delta)
+{
+	struct item *x = &e->items[it];
+	if (delta < 0 && x->refcnt == 0)
+		return;
+	x->refcnt += delta;
+	evict_recount(&e->ev, it, x->refcnt);
+}
+
+static void job_need(struct dlshim_engine *e, struct job *jb, uint32_t it)
+{
+	if (bit_get(jb->needed, it))
+		return;
+	bit_set(jb->needed, it);
+	jb->dataset_size++;
+	if (!bit_get(jb->consumed, it))
+		refcnt_add(e, it, +1);
+	else
+		jb->consumed_count++;
+}
+
+/* The job read `it` this epoch; when every item of its dataset has been
+ * read, its next epoch starts and it needs them all again. */
+static void job_consume(struct dlshim_engine *e, struct job *jb, uint32_t it)
+{
+	if (bit_get(jb->consumed, it))
+		return;
+	bit_set(jb->consumed, it);
+	jb->consumed_count++;
+	refcnt_add(e, it, -1);
+	if (jb->consumed_count < jb->dataset_size)
+		return;
+	jb->st.epochs++;
+	jb->consumed_count = 0;
+	for (uint32_t i = 0; i < e->nitems; i++)
+		if (bit_get(jb->needed, i)) {
+			bit_clr(jb->consumed, i);
+			refcnt_add(e, i, +1);
+		}
+}
+
+/* ---- jobs ----------------------------------------------------------------- */
+
+int dlshim_engine_job_find(struct dlshim_engine *e, const char *name)
+{
+	for (int j = 0; j < e->njobs; j++)
+		if (strcmp(e->jobs[j].name, name) == 0)
+			return j;
+	return -1;
+}
+
+int dlshim_engine_job_attach(struct dlshim_engine *e, const char *name)
+{
+	int j = dlshim_engine_job_find(e, name);
+	if (j < 0) {
+		/* Reuse the table entry of an ended job before growing. */
+		for (int k = 0; k < e->njobs && j < 0; k++)
+			if (!e->jobs[k].live && e->jobs[k].sessions == 0 && e->njobs == DLSHIM_ENGINE_MAX_JOBS)
+				j = k;
+		if (j < 0) {
+			if (e->njobs == DLSHIM_ENGINE_MAX_JOBS)
+				return -1;
+			j = e->njobs++;
+		}
+		memset(&e->jobs[j], 0, sizeof(e->jobs[j]));
+		snprintf(e->jobs[j].name, sizeof(e->jobs[j].name), "%s", name);
+	}
+	struct job *jb = &e->jobs[j];
+	if (!jb->live) {
+		size_t words = (e->items_cap + 63) / 64;
+		free(jb->needed);
+		free(jb->consumed);
+		jb->needed = calloc(words ? words : 1, 8);
+		jb->consumed = calloc(words ? words : 1, 8);
+		if (!jb->needed || !jb->consumed)
+			return -1;
+		jb->dataset_size = jb->consumed_count = 0;
+		jb->live = 1;
+	}
+	jb->sessions++;
+	return j;
+}
+
+void dlshim_engine_job_detach(struct dlshim_engine *e, int j)
+{
+	if (j < 0 || j >= e->njobs || e->jobs[j].sessions == 0)
+		return;
+	struct job *jb = &e->jobs[j];
+	if (--jb->sessions > 0)
+		return;
+	/* The job ended: it no longer needs anything. */
+	for (uint32_t i = 0; i < e->nitems; i++)
+		if (bit_get(jb->needed, i) && !bit_get(jb->consumed, i))
+			refcnt_add(e, i, -1);
+	free(jb->needed);
+	free(jb->consumed);
+	jb->needed = jb->consumed = NULL;
+	jb->live = 0;
+}
+
+uint32_t dlshim_engine_job_add_item(struct dlshim_engine *e, int j, const struct dlshim_file_id *id)
+{
+	uint32_t it = item_get(e, id);
+	if (it != NONE && j >= 0 && j < e->njobs && e->jobs[j].live)
+		job_need(e, &e->jobs[j], it);
+	return it;
+}
+
+const char *dlshim_engine_job_name(struct dlshim_engine *e, int j)
+{
+	return (j >= 0 && j < e->njobs) ? e->jobs[j].name : NULL;
+}
+int dlshim_engine_job_live(struct dlshim_engine *e, int j) { return j >= 0 && j < e->njobs && e->jobs[j].live; }
+int dlshim_engine_njobs(struct dlshim_engine *e) { return e->njobs; }
+
+/* ---- slots and blocks --------------------------------------------------- */
+
+static void slot_free(struct dlshim_engine *e, uint32_t s)
+{
+	struct dlshim_shm_slot *sl = &e->slots[s];
+	/* Odd generation first: readers holding the old one now fail validation. */
+	uint64_t g = atomic_load_explicit(&sl->gen, memory_order_relaxed);
+	if (!(g & 1))
+		atomic_store_explicit(&sl->gen, g + 1, memory_order_release);
+	uint32_t b = sl->first_block;
+	for (uint32_t n = 0; n < sl->nblocks && b != NONE; n++) {
+		uint32_t nx = e->next[b];
+		e->next[b] = NONE;
+		e->free_blocks[e->nfree_blocks++] = b;
+		b = nx;
+	}
+	e->cs.used_bytes -= (uint64_t)sl->nblocks * DLSHIM_BLOCK_SIZE;
+	sl->first_block = NONE;
+	sl->nblocks = 0;
+	sl->size = 0;
+	e->sp[s].item = NONE;
+	e->sp[s].used = 0;
+	e->sp[s].pins = 0;
+	e->free_slots[e->nfree_slots++] = s;
+}
+
+static void item_evict(struct dlshim_engine *e, uint32_t it)
+{
+	struct item *x = &e->items[it];
+	evict_del(&e->ev, it);
+	if (x->slot != NONE)
+		slot_free(e, x->slot);
+	x->slot = NONE;
+	x->state = ITEM_ABSENT;
+	e->cs.evictions++;
+	e->cs.items_resident--;
+}
+
+/* Detach a resident item from its slot; a pinned slot lives on as an
+ * orphan until its last pin goes. */
+static void item_drop_slot(struct dlshim_engine *e, uint32_t it)
+{
+	struct item *x = &e->items[it];
+	uint32_t s = x->slot;
+	evict_del(&e->ev, it);
+	x->slot = NONE;
+	x->state = ITEM_ABSENT;
+	e->cs.items_resident--;
+	if (e->sp[s].pins == 0)
+		slot_free(e, s);
+	else
+		e->sp[s].item = NONE;
+}
+
+static int slot_alloc(struct dlshim_engine *e, struct job *jb, uint64_t size, uint32_t *out)
+{
+	uint64_t nb = (size + DLSHIM_BLOCK_SIZE - 1) / DLSHIM_BLOCK_SIZE;
+	if (nb > e->nblocks)
+		return -1;
+	while (e->nfree_blocks < nb || e->nfree_slots == 0) {
+		uint32_t v = evict_victim(&e->ev);
+		if (v == NONE)
+			return -1;
+		item_evict(e, v);
+		if (jb)
+			jb->st.evictions++;
+	}
+	uint32_t s = e->free_slots[--e->nfree_slots];
+	struct dlshim_shm_slot *sl = &e->slots[s];
+	uint32_t prev = NONE;
+	for (uint64_t i = 0; i < nb; i++) {
+		uint32_t b = e->free_blocks[--e->nfree_blocks];
+		if (prev == NONE)
+			sl->first_block = b;
+		else
+			e->next[prev] = b;
+		e->next[b] = NONE;
+		prev = b;
+	}
+	if (nb == 0)
+		sl->first_block = NONE;
+	sl->nblocks = (uint32_t)nb;
+	sl->size = size;
+	e->cs.used_bytes += nb * DLSHIM_BLOCK_SIZE;
+	e->sp[s].used = 1;
+	e->sp[s].pins = 0;
+	*out = s;
+	return 0;
+}
+
+static void pin(struct dlshim_engine *e, uint32_t s)
+{
+	if (e->sp[s].pins++ == 0) {
+		e->pinned_slots++;
+		if (e->sp[s].item != NONE)
+			evict_del(&e->ev, e->sp[s].item);
+	}
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file_id *id, unsigned flags,
+			struct dlshim_open_result *res)
+{
+	memset(res, 0, sizeof(*res));
+	res->kind = DLSHIM_OPEN_PASS;
+	res->item = res->slot = NONE;
+	if (j < 0 || j >= e->njobs || !e->jobs[j].live)
+		return;
+	struct job *jb = &e->jobs[j];
+	int retry = flags & DLSHIM_OPEN_F_RETRY;
+	if (!retry)
+		jb->st.requests++;
+	uint32_t it = item_get(e, id);
+	if (it == NONE) {
+		jb->st.passthrough++;
+		return;
+	}
+	struct item *x = &e->items[it];
+	res->item = it;
+	res->size = id->size;
+	if (!retry) {
+		job_need(e, jb, it);
+		job_consume(e, jb, it);
+	}
+	if (x->state == ITEM_RESIDENT && (x->size != id->size || x->mtime_ns != id->mtime_ns)) {
+		/* The file changed since it was cached: never serve the old bytes. */
+		item_drop_slot(e, it);
+		e->cs.stale_reloads++;
+	}
+	if (x->state == ITEM_LOADING) {
+		res->kind = DLSHIM_OPEN_WAIT;
+		jb->st.waits++;
+		return;
+	}
+	if (x->state == ITEM_RESIDENT) {
+		pin(e, x->slot);
+		evict_touch(&e->ev, it);
+		res->kind = DLSHIM_OPEN_HIT;
+		res->slot = x->slot;
+		res->gen = e->sp[x->slot].gen;
+		jb->st.hits++;
+		return;
+	}
+	x->size = id->size;
+	x->mtime_ns = id->mtime_ns;
+	uint32_t s;
+	if (id->size > e->max_item_bytes || slot_alloc(e, jb, id->size, &s)) {
+		if (id->size <= e->max_item_bytes)
+			e->cs.alloc_failures++;
+		jb->st.passthrough++;
+		return;
+	}
+	struct dlshim_shm_slot *sl = &e->slots[s];
+	sl->dev = id->dev;
+	sl->ino = id->ino;
+	sl->mtime_ns = id->mtime_ns;
+	e->sp[s].item = it;
+	x->slot = s;
+	x->state = ITEM_LOADING;
+	e->cs.items_resident++;
+	pin(e, s);
+	jb->st.misses++;
+	res->kind = DLSHIM_OPEN_LOAD;
+	res->slot = s;
+}
+
+int dlshim_engine_slot_iov(struct dlshim_engine *e, uint32_t s, uint64_t off, struct iovec *iov, int max)
+{
+	if (s >= e->nslots)
+		return 0;
+	struct dlshim_shm_slot *sl = &e->slots[s];
+	uint8_t *data = (uint8_t *)e->hdr + e->hdr->data_off;
+	uint32_t b = sl->first_block;
+	uint64_t pos = 0;
+	int n = 0;
+	while (b != NONE && pos < sl->size && n < max) {
+		uint64_t len = sl->size - pos < DLSHIM_BLOCK_SIZE ? sl->size - pos : DLSHIM_BLOCK_SIZE;
+		if (pos + len > off) {
+			uint64_t skip = off > pos ? off - pos : 0;
+			iov[n].iov_base = data + (uint64_t)b * DLSHIM_BLOCK_SIZE + skip;
+			iov[n].iov_len = len - skip;
+			n++;
+		}
+		pos += DLSHIM_BLOCK_SIZE;
+		b = e->next[b];
+	}
+	return n;
+}
+
+uint64_t dlshim_engine_load_done(struct dlshim_engine *e, int j, uint32_t it, int ok)
+{
+	if (it >= e->nitems || e->items[it].state != ITEM_LOADING)
+		return 0;
+	struct item *x = &e->items[it];
+	uint32_t s = x->slot;
+	struct job *jb = (j >= 0 && j < e->njobs) ? &e->jobs[j] : NULL;
+	if (!ok) {
+		x->state = ITEM_ABSENT;
+		x->slot = NONE;
+		e->cs.items_resident--;
+		e->pinned_slots--;
+		slot_free(e, s);
+		return 0;
+	}
+	struct dlshim_shm_slot *sl = &e->slots[s];
+	uint64_t g = atomic_load_explicit(&sl->gen, memory_order_relaxed) + 1;
+	atomic_store_explicit(&sl->gen, g, memory_order_release);
+	e->sp[s].gen = g;
+	x->state = ITEM_RESIDENT;
+	e->cs.loads++;
+	if (jb) {
+		jb->st.files_loaded++;
+		jb->st.bytes_from_disk += x->size;
+	}
+	return g;
+}
+
+int dlshim_engine_release(struct dlshim_engine *e, int j, uint32_t s, uint64_t gen, uint64_t bytes_cache,
+			  uint64_t bytes_pass)
+{
+	if (j >= 0 && j < e->njobs) {
+		e->jobs[j].st.bytes_from_cache += bytes_cache;
+		e->jobs[j].st.bytes_passthrough += bytes_pass;
+	}
+	if (s == NONE)
+		return 0;
+	if (s >= e->nslots || !e->sp[s].used || e->sp[s].gen != gen || e->sp[s].pins == 0)
+		return -1;
+	if (--e->sp[s].pins > 0)
+		return 0;
+	e->pinned_slots--;
+	uint32_t it = e->sp[s].item;
+	if (it == NONE)
+		slot_free(e, s); /* orphan of a changed file */
+	else
+		evict_add(&e->ev, it, e->items[it].refcnt);
+	return 0;
+}
+
+void dlshim_engine_note_pass(struct dlshim_engine *e, int j, uint64_t bytes)
+{
+	if (j >= 0 && j < e->njobs)
+		e->jobs[j].st.bytes_passthrough += bytes;
+}
+
+/* ---- introspection ------------------------------------------------------- */
+
+void dlshim_engine_job_stats(struct dlshim_engine *e, int j, struct dlshim_job_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (j >= 0 && j < e->njobs)
+		*out = e->jobs[j].st;
+}
+
+void dlshim_engine_cache_stats(struct dlshim_engine *e, struct dlshim_cache_stats *out)
+{
+	*out = e->cs;
+	out->items_pinned = e->pinned_slots;
+	out->items_known = e->nitems;
+}
+
+uint32_t dlshim_engine_item_refcnt(struct dlshim_engine *e, uint32_t it)
+{
+	return it < e->nitems ? e->items[it].refcnt : 0;
+}
+int dlshim_engine_item_resident(struct dlshim_engine *e, uint32_t it)
+{
+	return it < e->nitems && e->items[it].state == ITEM_RESIDENT;
+}
+uint32_t dlshim_engine_item_pins(struct dlshim_engine *e, uint32_t it)
+{
+	return (it < e->nitems && e->items[it].slot != NONE) ? e->sp[e->items[it].slot].pins : 0;
+}

@@ -1,0 +1,128 @@
+/* Shared-memory segment layout and the client-side validated copy. */
+#include <string.h>
+
+#include "dlshim/shm.h"
+
+static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+size_t dlshim_shm_layout(uint64_t data_bytes, uint64_t *nslots, uint64_t *nblocks)
+{
+	uint64_t nb = (data_bytes + DLSHIM_BLOCK_SIZE - 1) / DLSHIM_BLOCK_SIZE;
+	if (nb == 0)
+		nb = 1;
+	if (nb > UINT32_MAX - 1)
+		nb = UINT32_MAX - 1;
+	/* Every item takes at least one block, so nblocks slots always suffice. */
+	uint64_t ns = nb;
+	uint64_t off = align_up(sizeof(struct dlshim_shm_header), 64);
+	off += ns * sizeof(struct dlshim_shm_slot);
+	off = align_up(off, 64);
+	off += nb * sizeof(uint32_t);
+	off = align_up(off, 4096);
+	off += nb * DLSHIM_BLOCK_SIZE;
+	*nslots = ns;
+	*nblocks = nb;
+	return (size_t)off;
+}
+
+int dlshim_shm_attach(const void *base, size_t len, struct dlshim_shm_view *v)
+{
+	const struct dlshim_shm_header *h = base;
+	if (base == NULL || len < sizeof(*h))
+		return -1;
+	if (h->magic != DLSHIM_SHM_MAGIC || h->version != DLSHIM_SHM_VERSION ||
+	    h->header_size != sizeof(*h) || h->slot_size != sizeof(struct dlshim_shm_slot) ||
+	    h->block_size != DLSHIM_BLOCK_SIZE || h->total_size != len)
+		return -1;
+	if (h->nblocks == 0 || h->nblocks >= UINT32_MAX || h->nslots == 0 || h->nslots >= UINT32_MAX)
+		return -1;
+	/* Bounds of every region, with overflow-safe arithmetic. */
+	uint64_t end;
+	if (__builtin_mul_overflow(h->nslots, (uint64_t)sizeof(struct dlshim_shm_slot), &end) ||
+	    __builtin_add_overflow(end, h->slots_off, &end) || end > len)
+		return -1;
+	if (__builtin_mul_overflow(h->nblocks, (uint64_t)sizeof(uint32_t), &end) ||
+	    __builtin_add_overflow(end, h->next_off, &end) || end > len)
+		return -1;
+	if (__builtin_mul_overflow(h->nblocks, (uint64_t)DLSHIM_BLOCK_SIZE, &end) ||
+	    __builtin_add_overflow(end, h->data_off, &end) || end > len)
+		return -1;
+	if (h->slots_off % 8 || h->next_off % 4)
+		return -1;
+	v->base = base;
+	v->len = len;
+	v->hdr = h;
+	v->slots = (const struct dlshim_shm_slot *)((const uint8_t *)base + h->slots_off);
+	v->next = (const uint32_t *)((const uint8_t *)base + h->next_off);
+	v->data = (const uint8_t *)base + h->data_off;
+	return 0;
+}
+
+ssize_t dlshim_shm_read(const struct dlshim_shm_view *v, uint32_t slot, uint64_t gen, uint64_t off,
+			void *buf, size_t len, struct dlshim_shm_cursor *cur)
+{
+	if (v->hdr == NULL || slot >= v->hdr->nslots || (gen & 1))
+		return -1;
+	const struct dlshim_shm_slot *s = &v->slots[slot];
+	if (atomic_load_explicit(&s->gen, memory_order_acquire) != gen)
+		return -1;
+	uint64_t size = s->size;
+	uint32_t nblocks = (uint32_t)v->hdr->nblocks;
+	if (off >= size || len == 0)
+		goto validate_empty;
+	if (len > size - off)
+		len = (size_t)(size - off);
+
+	/* Find the block holding `off`: resume from the cursor when it is at or
+	 * before `off` in the same generation, else walk from the head. */
+	uint32_t blk;
+	uint64_t bstart;
+	if (cur && cur->gen == gen && cur->block_start <= off) {
+		blk = cur->block;
+		bstart = cur->block_start;
+	} else {
+		blk = s->first_block;
+		bstart = 0;
+	}
+	uint32_t steps = 0;
+	while (off - bstart >= DLSHIM_BLOCK_SIZE) {
+		if (blk >= nblocks || ++steps > nblocks)
+			return -1;
+		blk = v->next[blk];
+		bstart += DLSHIM_BLOCK_SIZE;
+	}
+	uint8_t *dst = buf;
+	size_t done = 0;
+	while (done < len) {
+		if (blk >= nblocks)
+			return -1;
+		uint64_t in = (off + done) - bstart;
+		size_t n = DLSHIM_BLOCK_SIZE - (size_t)in;
+		if (n > len - done)
+			n = len - done;
+		memcpy(dst + done, v->data + (uint64_t)blk * DLSHIM_BLOCK_SIZE + in, n);
+		done += n;
+		if (in + n == DLSHIM_BLOCK_SIZE && done < len) {
+			if (++steps > nblocks)
+				return -1;
+			blk = v->next[blk];
+			bstart += DLSHIM_BLOCK_SIZE;
+		}
+	}
+	/* Seqlock check: the bytes count only if the slot kept its generation. */
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&s->gen, memory_order_relaxed) != gen)
+		return -1;
+	if (cur) {
+		cur->gen = gen;
+		cur->block = blk;
+		cur->block_start = bstart;
+	}
+	return (ssize_t)done;
+
+validate_empty:
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&s->gen, memory_order_relaxed) != gen)
+		return -1;
+	return 0;
+}

@@ -1,0 +1,497 @@
+/* Client side of the coordinator protocol: a small pool of connections
+ * (threads of one process open files concurrently), the mapped segment,
+ * spawning the coordinator, and fork handling. Every system call here goes
+ * through the real function table or is one the shim does not wrap. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dlshim/proto.h"
+#include "real.h"
+#include "dlshim/rundir.h"
+#include "shim.h"
+
+extern char **environ;
+
+#define POOL_MAX 8
+
+struct conn {
+	int fd;
+	int busy;
+};
+
+/* One mapped coordinator segment. Views are never unmapped: routes taken
+ * from a coordinator that has since died keep reading valid bytes. */
+struct segment {
+	uint64_t id;
+	struct dlshim_shm_view view;
+	struct segment *next;
+};
+
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_cv = PTHREAD_COND_INITIALIZER;
+static struct conn pool[POOL_MAX];
+static int npool;
+static struct segment *segments, *current_seg;
+static uint64_t session_id;
+static pid_t session_pid;
+static uint32_t seqno;
+static time_t next_retry; /* after a failure, do not hammer the coordinator */
+static int ever_connected;
+
+uint64_t client_session_id(void) { return session_id; }
+
+static uint64_t new_session_id(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t z = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
+	z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdULL;
+	return (z ^ (z >> 33)) | 1;
+}
+
+/* ---- framing ---- */
+
+static int send_msg(int fd, uint16_t type, const void *payload, uint32_t len, int pass_fd)
+{
+	char buf[sizeof(struct dlshim_msg_hdr) + 512];
+	if (len > 512)
+		return -1;
+	size_t n = dlshim_msg_encode(buf, type, ++seqno, payload, len);
+	struct iovec iov = {buf, n};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	char ctl[CMSG_SPACE(sizeof(int))];
+	if (pass_fd >= 0) {
+		memset(ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl;
+		mh.msg_controllen = sizeof(ctl);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+	}
+	ssize_t r;
+	do
+		r = sendmsg(fd, &mh, MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	return r == (ssize_t)n ? 0 : -1;
+}
+
+/* Receive one packet into `buf` (aligned); returns payload length or -1.
+ * A passed descriptor is returned in *rfd (or closed when rfd is NULL). */
+static long recv_msg(int fd, void *buf, size_t cap, uint16_t want, int *rfd)
+{
+	struct iovec iov = {buf, cap};
+	char ctl[CMSG_SPACE(sizeof(int))];
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
+	ssize_t r;
+	if (rfd)
+		*rfd = -1;
+	do
+		r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+	while (r < 0 && errno == EINTR);
+	if (r <= 0)
+		return -1;
+	int got = -1;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int)))
+			memcpy(&got, CMSG_DATA(c), sizeof(int));
+	if (rfd)
+		*rfd = got;
+	else if (got >= 0)
+		real.close(got);
+	struct dlshim_msg_hdr h;
+	const void *payload;
+	const char *why;
+	if ((mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) || dlshim_msg_decode(buf, (size_t)r, &h, &payload, &why) ||
+	    h.type != want) {
+		if (rfd && *rfd >= 0) {
+			real.close(*rfd);
+			*rfd = -1;
+		}
+		return -1;
+	}
+	memmove(buf, payload, h.len);
+	return h.len;
+}
+
+/* ---- connecting and spawning ---- */
+
+static int connect_sock(void)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	if (rundir_sock_path(g_cfg.runtime_dir, a.sun_path, sizeof(a.sun_path)) < 0)
+		return -1;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	int r;
+	do
+		r = connect(fd, (struct sockaddr *)&a, sizeof(a));
+	while (r < 0 && errno == EINTR);
+	if (r < 0) {
+		real.close(fd);
+		return -1;
+	}
+	struct timeval tv = {120, 0}; /* a load on slow storage may take a while; never hang for ever */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+static int find_daemon(char *out, size_t len)
+{
+	/* out holds at least DLSHIM_PATH_MAX + 32 bytes. */
+	if (g_cfg.daemon_path[0]) {
+		snprintf(out, len, "%s", g_cfg.daemon_path);
+		return access(out, X_OK);
+	}
+	/* Next to the library (build tree), or ../bin/ for an installed prefix. */
+	char self[DLSHIM_PATH_MAX];
+	if (rundir_self_dir(self, sizeof(self)) < 0)
+		return -1;
+	snprintf(out, len, "%s/dlshimd", self);
+	if (access(out, X_OK) == 0)
+		return 0;
+	snprintf(out, len, "%s/../bin/dlshimd", self);
+	return access(out, X_OK);
+}
+
+/* Start the coordinator detached, without LD_PRELOAD, and wait until it
+ * listens. The spawn lock makes concurrent first opens start only one. */
+static int spawn_daemon(void)
+{
+	char path[DLSHIM_PATH_MAX + 32], lockp[DLSHIM_PATH_MAX + 32];
+	if (rundir_ensure(g_cfg.runtime_dir) < 0) {
+		shim_warn(W_SPAWN, "runtime directory %s is unusable (must be a private directory owned by you)",
+			  g_cfg.runtime_dir);
+		return -1;
+	}
+	snprintf(lockp, sizeof(lockp), "%s/spawn.lock", g_cfg.runtime_dir);
+	int lk = real.openat(AT_FDCWD, lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lk < 0)
+		return -1;
+	int r;
+	do
+		r = flock(lk, LOCK_EX);
+	while (r < 0 && errno == EINTR);
+	int fd = connect_sock();
+	if (fd >= 0)
+		goto out;
+	if (find_daemon(path, sizeof(path)) < 0) {
+		shim_warn(W_SPAWN, "cannot find dlshimd next to the library; set DLSHIM_DAEMON");
+		goto out;
+	}
+	int pfd[2];
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		goto out;
+	/* The child's environment: ours without LD_PRELOAD. */
+	size_t n = 0;
+	while (environ[n])
+		n++;
+	char **env = calloc(n + 1, sizeof(char *));
+	if (env == NULL) {
+		real.close(pfd[0]);
+		real.close(pfd[1]);
+		goto out;
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0)
+			env[k++] = environ[i];
+	char fdarg[16];
+	snprintf(fdarg, sizeof(fdarg), "%d", pfd[1]);
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	/* The write end must survive exec: clear CLOEXEC by dup2 onto itself is
+	 * not possible, so dup it to a fixed number in the child. */
+	posix_spawn_file_actions_adddup2(&fa, pfd[1], 3);
+	char *argv[] = {path, "--daemonize", "--ready-fd", "3", NULL};
+	(void)fdarg;
+	pid_t pid;
+	int err = posix_spawn(&pid, path, &fa, NULL, argv, env);
+	posix_spawn_file_actions_destroy(&fa);
+	free(env);
+	real.close(pfd[1]);
+	if (err == 0) {
+		/* The intermediate process exits as soon as the daemon forked. */
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		struct pollfd p = {pfd[0], POLLIN, 0};
+		int pr;
+		do
+			pr = poll(&p, 1, 10000);
+		while (pr < 0 && errno == EINTR);
+		char c = 0;
+		if (pr == 1 && real.read(pfd[0], &c, 1) == 1 && c == 'R')
+			fd = connect_sock();
+	}
+	real.close(pfd[0]);
+	if (fd < 0)
+		shim_warn(W_SPAWN, "could not start the coordinator %s (see %s/dlshimd.log)", path, g_cfg.runtime_dir);
+out:
+	flock(lk, LOCK_UN);
+	real.close(lk);
+	return fd;
+}
+
+/* Map the segment passed with HELLO_OK unless it is the current one. */
+static int adopt_segment(int sfd, const struct dlshim_msg_hello_ok *ok)
+{
+	if (current_seg && current_seg->id == ok->segment_id) {
+		real.close(sfd);
+		return 0;
+	}
+	for (struct segment *s = segments; s; s = s->next)
+		if (s->id == ok->segment_id) {
+			current_seg = s;
+			real.close(sfd);
+			return 0;
+		}
+	void *p = mmap(NULL, ok->shm_len, PROT_READ, MAP_SHARED, sfd, 0);
+	real.close(sfd);
+	if (p == MAP_FAILED)
+		return -1;
+	struct segment *s = calloc(1, sizeof(*s));
+	if (s == NULL || dlshim_shm_attach(p, ok->shm_len, &s->view) < 0 ||
+	    s->view.hdr->segment_id != ok->segment_id) {
+		munmap(p, ok->shm_len);
+		free(s);
+		return -1;
+	}
+	s->id = ok->segment_id;
+	s->next = segments;
+	segments = s;
+	current_seg = s;
+	return 0;
+}
+
+static int hello(int fd, uint32_t kind)
+{
+	struct dlshim_msg_hello h;
+	memset(&h, 0, sizeof(h));
+	h.pid = (uint32_t)getpid();
+	h.kind = kind;
+	h.session = session_id;
+	snprintf(h.job, sizeof(h.job), "%s", g_cfg.job);
+	if (send_msg(fd, DLSHIM_MSG_HELLO, &h, sizeof(h), -1) < 0)
+		return -1;
+	union {
+		struct dlshim_msg_hello_ok ok;
+		char raw[sizeof(struct dlshim_msg_hdr) + 512];
+	} b;
+	int sfd;
+	if (recv_msg(fd, &b, sizeof(b), DLSHIM_MSG_HELLO_OK, &sfd) != sizeof(b.ok) || sfd < 0) {
+		if (sfd >= 0)
+			real.close(sfd);
+		return -1;
+	}
+	return adopt_segment(sfd, &b.ok);
+}
+
+/* Called with pool_mu held. */
+static void fork_check(void)
+{
+	if (session_pid == getpid())
+		return;
+	/* First use in this process, or a child created without our atfork
+	 * handler (raw clone): connections belong to the parent. */
+	for (int i = 0; i < npool; i++)
+		if (pool[i].fd >= 0 && session_pid != 0)
+			real.close(pool[i].fd);
+	npool = 0;
+	session_id = new_session_id();
+	session_pid = getpid();
+}
+
+/* Take a free connection, opening one if the pool has room. -1 if the
+ * coordinator cannot be reached (then the caller passes through). */
+static int pool_get(void)
+{
+	pthread_mutex_lock(&pool_mu);
+	fork_check();
+	for (;;) {
+		for (int i = 0; i < npool; i++)
+			if (!pool[i].busy) {
+				pool[i].busy = 1;
+				pthread_mutex_unlock(&pool_mu);
+				return i;
+			}
+		if (npool < POOL_MAX)
+			break;
+		pthread_cond_wait(&pool_cv, &pool_mu);
+	}
+	time_t now = time(NULL);
+	if (now < next_retry) {
+		pthread_mutex_unlock(&pool_mu);
+		return -1;
+	}
+	int fd = -1;
+	/* Two attempts: a coordinator that is just exiting for idleness may
+	 * accept and then close; the second attempt spawns a fresh one. */
+	for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+		fd = connect_sock();
+		if (fd < 0 && npool == 0)
+			fd = spawn_daemon();
+		if (fd >= 0 && hello(fd, DLSHIM_HELLO_CLIENT) < 0) {
+			real.close(fd);
+			fd = -1;
+		}
+	}
+	if (fd < 0) {
+		next_retry = now + 1;
+		if (!ever_connected)
+			shim_warn(W_CONNECT, "cannot reach the coordinator in %s; reading files directly",
+				  g_cfg.runtime_dir);
+		pthread_mutex_unlock(&pool_mu);
+		return -1;
+	}
+	ever_connected = 1;
+	int i = npool++;
+	pool[i].fd = fd;
+	pool[i].busy = 1;
+	pthread_mutex_unlock(&pool_mu);
+	return i;
+}
+
+static void pool_put(int i, int broken)
+{
+	pthread_mutex_lock(&pool_mu);
+	if (broken) {
+		real.close(pool[i].fd);
+		pool[i] = pool[--npool];
+		/* A dead coordinator breaks every connection: drop them all so the
+		 * next open reconnects (and respawns) instead of failing one by one. */
+		for (int k = 0; k < npool; k++)
+			if (!pool[k].busy) {
+				real.close(pool[k].fd);
+				pool[k] = pool[--npool];
+				k--;
+			}
+		next_retry = time(NULL) + 1;
+		shim_warn(W_LOST, "lost the coordinator connection; reading files directly until it is back");
+	} else {
+		pool[i].busy = 0;
+	}
+	pthread_cond_signal(&pool_cv);
+	pthread_mutex_unlock(&pool_mu);
+}
+
+/* ---- requests ---- */
+
+struct route *client_open(int fd, const struct stat *st)
+{
+	int c = pool_get();
+	if (c < 0)
+		return NULL;
+	int cfd = pool[c].fd;
+	struct dlshim_msg_open o = {
+		.dev = (uint64_t)st->st_dev,
+		.ino = (uint64_t)st->st_ino,
+		.size = (uint64_t)st->st_size,
+		.mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec,
+	};
+	union {
+		struct dlshim_msg_open_r r;
+		char raw[sizeof(struct dlshim_msg_hdr) + 512];
+	} b;
+	if (send_msg(cfd, DLSHIM_MSG_OPEN, &o, sizeof(o), -1) < 0 ||
+	    recv_msg(cfd, &b, sizeof(b), DLSHIM_MSG_OPEN_R, NULL) != sizeof(b.r))
+		goto broken;
+	if (b.r.status == DLSHIM_OPEN_R_NEED_FD) {
+		/* A miss: hand over our descriptor so the coordinator loads
+		 * exactly the file we opened. */
+		if (send_msg(cfd, DLSHIM_MSG_LOADFD, NULL, 0, fd) < 0 ||
+		    recv_msg(cfd, &b, sizeof(b), DLSHIM_MSG_OPEN_R, NULL) != sizeof(b.r))
+			goto broken;
+	}
+	struct segment *seg = current_seg;
+	pool_put(c, 0);
+	if (b.r.status != DLSHIM_OPEN_R_HIT || seg == NULL || b.r.size != o.size)
+		return NULL;
+	struct route *r = route_new();
+	if (r == NULL)
+		return NULL;
+	r->slot = b.r.slot;
+	r->gen = b.r.gen;
+	r->size = b.r.size;
+	r->view = &seg->view;
+	r->owner = getpid();
+	r->session = session_id;
+	return r;
+broken:
+	pool_put(c, 1);
+	return NULL;
+}
+
+void client_release(const struct route *r, uint64_t bytes_cache, uint64_t bytes_pass)
+{
+	/* Do not start or spawn a coordinator just to release. */
+	pthread_mutex_lock(&pool_mu);
+	int have = npool > 0 && session_pid == getpid();
+	pthread_mutex_unlock(&pool_mu);
+	if (!have)
+		return;
+	int c = pool_get();
+	if (c < 0)
+		return;
+	struct dlshim_msg_release m = {
+		.item = 0, .slot = r->slot, .gen = r->gen, .bytes_cache = bytes_cache, .bytes_pass = bytes_pass};
+	int bad = send_msg(pool[c].fd, DLSHIM_MSG_RELEASE, &m, sizeof(m), -1) < 0;
+	pool_put(c, bad);
+}
+
+int client_write_stats(const char *path)
+{
+	pthread_mutex_lock(&pool_mu);
+	int have = npool > 0 && session_pid == getpid();
+	pthread_mutex_unlock(&pool_mu);
+	if (!have)
+		return -1;
+	int c = pool_get();
+	if (c < 0)
+		return -1;
+	static char buf[DLSHIM_MSG_MAX + 64];
+	long n = -1;
+	if (send_msg(pool[c].fd, DLSHIM_MSG_STATS, NULL, 0, -1) == 0)
+		n = recv_msg(pool[c].fd, buf, sizeof(buf), DLSHIM_MSG_TEXT, NULL);
+	pool_put(c, n < 0);
+	if (n < 0)
+		return -1;
+	int fd = real.openat(AT_FDCWD, path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -1;
+	ssize_t w = write(fd, buf, (size_t)n);
+	real.close(fd);
+	return w == n ? 0 : -1;
+}
+
+/* ---- fork ---- */
+
+void client_atfork_prepare(void) { pthread_mutex_lock(&pool_mu); }
+void client_atfork_parent(void) { pthread_mutex_unlock(&pool_mu); }
+void client_atfork_child(void)
+{
+	/* The child must not share the parent's sockets: close its copies and
+	 * start a session of its own on first use. */
+	for (int i = 0; i < npool; i++)
+		real.close(pool[i].fd);
+	npool = 0;
+	session_pid = 0;
+	pthread_mutex_init(&pool_mu, NULL);
+	pthread_cond_init(&pool_cv, NULL);
+}

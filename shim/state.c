@@ -1,0 +1,157 @@
+/* Process-wide state of the shim: configuration, job identity, warnings,
+ * fork handlers and the summary written at exit. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dlshim/rundir.h"
+#include "real.h"
+#include "shim.h"
+
+struct dlshim_config g_cfg;
+int g_active;
+__thread int g_in_shim;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static pid_t job_owner; /* this process created the job (or was first to see it) */
+static atomic_int warned[W_MAX];
+
+static void write_stderr(const char *s, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(2, s, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return;
+		s += w;
+		n -= (size_t)w;
+	}
+}
+
+void shim_warn(enum warn_cause c, const char *fmt, ...)
+{
+	if (g_cfg.log_level < DLSHIM_LOG_WARN && c != W_CONFIG)
+		return;
+	if (atomic_exchange(&warned[c], 1))
+		return; /* one line per cause per process */
+	int saved = errno;
+	char buf[1024];
+	int n = snprintf(buf, sizeof(buf), "dlshim: warning: ");
+	va_list ap;
+	va_start(ap, fmt);
+	n += vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(buf) - 2)
+		n = (int)sizeof(buf) - 2;
+	buf[n++] = '\n';
+	write_stderr(buf, (size_t)n);
+	errno = saved;
+}
+
+void shim_debug(const char *fmt, ...)
+{
+	if (g_cfg.log_level < DLSHIM_LOG_DEBUG)
+		return;
+	int saved = errno;
+	char buf[1024];
+	int n = snprintf(buf, sizeof(buf), "dlshim[%d]: ", (int)getpid());
+	va_list ap;
+	va_start(ap, fmt);
+	n += vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(buf) - 2)
+		n = (int)sizeof(buf) - 2;
+	buf[n++] = '\n';
+	write_stderr(buf, (size_t)n);
+	errno = saved;
+}
+
+int rundir_self_dir(char *out, size_t len)
+{
+	Dl_info di;
+	if (dladdr((void *)&rundir_self_dir, &di) == 0 || di.dli_fname == NULL)
+		return -1;
+	const char *slash = strrchr(di.dli_fname, '/');
+	if (slash == NULL)
+		return snprintf(out, len, ".") < (int)len ? 0 : -1;
+	size_t n = (size_t)(slash - di.dli_fname);
+	if (n + 1 > len)
+		return -1;
+	memcpy(out, di.dli_fname, n);
+	out[n] = 0;
+	return 0;
+}
+
+/* The job is named by DLSHIM_JOB; the first shim instance without one makes
+ * a name and exports it, so every forked or exec'd child is the same job.
+ * Ranks of a torchrun job share the launcher's run id. */
+static void derive_job(void)
+{
+	const char *owner = getenv("DLSHIM_JOB_OWNER");
+	if (owner == NULL) {
+		char pid[24];
+		snprintf(pid, sizeof(pid), "%d", (int)getpid());
+		setenv("DLSHIM_JOB_OWNER", pid, 1);
+		job_owner = getpid();
+	}
+	if (g_cfg.job[0])
+		return;
+	const char *run = getenv("TORCHELASTIC_RUN_ID");
+	if (run && *run) {
+		snprintf(g_cfg.job, sizeof(g_cfg.job), "ddp-%.100s", run);
+	} else {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		snprintf(g_cfg.job, sizeof(g_cfg.job), "job-%d-%lx", (int)getpid(),
+			 (unsigned long)((ts.tv_sec * 1000003L) ^ ts.tv_nsec) & 0xffffffUL);
+	}
+	setenv("DLSHIM_JOB", g_cfg.job, 1);
+}
+
+static void at_exit(void)
+{
+	if (!g_active)
+		return;
+	g_in_shim++;
+	fdt_drop_all();
+	if (job_owner == getpid() && g_cfg.stats_path[0] && client_write_stats(g_cfg.stats_path) < 0)
+		shim_warn(W_STATS, "could not write DLSHIM_STATS=%s (no coordinator contact in this process?)",
+			  g_cfg.stats_path);
+	g_in_shim--;
+}
+
+static const char *env_get(const char *name) { return getenv(name); }
+
+static void do_init(void)
+{
+	real_init();
+	char err[512];
+	g_in_shim++;
+	if (dlshim_config_parse(&g_cfg, env_get, 0, err, sizeof(err)) < 0) {
+		/* Bad configuration: one clear message, then a pure pass-through. */
+		g_cfg.log_level = DLSHIM_LOG_WARN;
+		shim_warn(W_CONFIG, "%s; the shim is disabled for this process", err);
+		g_in_shim--;
+		return;
+	}
+	if (g_cfg.disabled || g_cfg.nroots == 0) {
+		g_in_shim--;
+		return;
+	}
+	derive_job();
+	pthread_atfork(client_atfork_prepare, client_atfork_parent, client_atfork_child);
+	atexit(at_exit);
+	g_active = 1;
+	g_in_shim--;
+}
+
+void shim_init(void) { pthread_once(&init_once, do_init); }
+
+__attribute__((constructor)) static void shim_ctor(void) { shim_init(); }
