@@ -29,8 +29,13 @@ ENGINE_LIB := $(BUILD)/libdlshim_engine.a
 DAEMON := $(BUILD)/dlshimd
 CLI := $(BUILD)/dlshim
 
-.PHONY: all test unit unit-asan integration deps bench bench-core install clean lint valgrind
+.PHONY: demo all test unit unit-asan integration deps bench bench-core install clean lint valgrind
 all: $(LIB) $(DAEMON) $(CLI) $(HELPER_BIN)
+
+# The README's first command: set everything up and run the multi-job demo.
+demo: deps
+	$(MAKE) all
+	scripts/demo.sh
 
 $(BUILD)/obj/%.o: %.c $(wildcard include/dlshim/*.h engine/*.h shim/*.h engine/daemon/*.h)
 	@mkdir -p $(dir $@)

@@ -9,71 +9,8 @@
 
 #include "dlshim/engine.h"
 #include "dlshim/shm.h"
-#include "evict.h"
 
-#define NONE UINT32_MAX
-
-enum item_state { ITEM_ABSENT = 0, ITEM_LOADING, ITEM_RESIDENT };
-
-/* One file known to the engine, identified by (dev, ino) across jobs. */
-struct item {
-	uint64_t dev, ino, size;
-	int64_t mtime_ns;
-	uint32_t slot;     /* NONE unless loading or resident */
-	uint32_t refcnt;   /* live jobs that still need it this epoch */
-	uint8_t state;
-};
-
-/* Private shadow of each shared slot: who owns it and how many pins. */
-struct slot_priv {
-	uint32_t item;     /* NONE when free or orphaned */
-	uint32_t pins;
-	uint64_t gen;      /* last published generation */
-	uint8_t used;
-};
-
-struct key_node {
-	struct {
-		uint64_t dev, ino;
-	} key;
-	uint32_t item;
-	UT_hash_handle hh;
-};
-
-struct job {
-	char name[DLSHIM_JOB_MAX];
-	uint32_t sessions;
-	int live;
-	uint64_t *needed, *consumed; /* bitmaps over item ids */
-	uint64_t dataset_size, consumed_count;
-	struct dlshim_job_stats st;
-};
-
-struct dlshim_engine {
-	struct dlshim_shm_header *hdr;
-	struct dlshim_shm_slot *slots;
-	uint32_t *next;
-	struct slot_priv *sp;
-	uint32_t *free_slots, nfree_slots;
-	uint32_t *free_blocks, nfree_blocks;
-	uint64_t nblocks, nslots;
-
-	struct item *items;
-	uint32_t nitems, items_cap;
-	struct key_node *index;
-
-	struct job jobs[DLSHIM_ENGINE_MAX_JOBS];
-	int njobs;
-
-	struct evictor ev;
-	uint64_t max_item_bytes;
-	uint64_t pinned_slots;
-	struct dlshim_cache_stats cs;
-};
-
-static inline int bit_get(const uint64_t *b, uint32_t i) { return (b[i / 64] >> (i % 64)) & 1; }
-static inline void bit_set(uint64_t *b, uint32_t i) { b[i / 64] |= 1ULL << (i % 64); }
-static inline void bit_clr(uint64_t *b, uint32_t i) { b[i / 64] &= ~(1ULL << (i % 64)); }
+#include "internal.h"
 
 static uint64_t random_id(uint64_t seed)
 {
@@ -156,9 +93,21 @@ void dlshim_engine_destroy(struct dlshim_engine *e)
 		free(k);
 	}
 	for (int j = 0; j < e->njobs; j++) {
+		redirect_job_end(e, &e->jobs[j]);
 		free(e->jobs[j].needed);
 		free(e->jobs[j].consumed);
 	}
+	for (uint32_t i = 0; i < e->nitems; i++)
+		free(e->items[i].path);
+	for (uint32_t g = 0; g < e->ngroups; g++) {
+		struct group *gr = e->groups[g];
+		HASH_DEL(e->group_index, gr);
+		free(gr->key);
+		free(gr->items);
+		free(gr->res);
+		free(gr);
+	}
+	free(e->groups);
 	evict_free(&e->ev);
 	free(e->items);
 	free(e->sp);
@@ -219,7 +168,7 @@ uint32_t dlshim_engine_find_item(struct dlshim_engine *e, uint64_t dev, uint64_t
 	return item_lookup(e, dev, ino);
 }
 
-static uint32_t item_get(struct dlshim_engine *e, const struct dlshim_file_id *id)
+uint32_t eng_item_get(struct dlshim_engine *e, const struct dlshim_file_id *id)
 {
 	uint32_t it = item_lookup(e, id->dev, id->ino);
 	if (it != NONE)
@@ -237,6 +186,8 @@ static uint32_t item_get(struct dlshim_engine *e, const struct dlshim_file_id *i
 	x->size = id->size;
 	x->mtime_ns = id->mtime_ns;
 	x->slot = NONE;
+	x->group = NONE;
+	x->gres_pos = NONE;
 	k->key.dev = id->dev;
 	k->key.ino = id->ino;
 	k->item = it;
@@ -255,28 +206,38 @@ static void refcnt_add(struct dlshim_engine *e, uint32_t it, int delta)
 	evict_recount(&e->ev, it, x->refcnt);
 }
 
-static void job_need(struct dlshim_engine *e, struct job *jb, uint32_t it)
+void eng_job_need(struct dlshim_engine *e, struct job *jb, uint32_t it)
 {
 	if (bit_get(jb->needed, it))
 		return;
 	bit_set(jb->needed, it);
 	jb->dataset_size++;
+	uint32_t g = e->items[it].group;
+	if (g != NONE && g < jb->njg)
+		jb->jg[g].size++;
 	if (!bit_get(jb->consumed, it))
 		refcnt_add(e, it, +1);
 	else
 		jb->consumed_count++;
 }
 
-/* The job read `it` this epoch; when every item of its dataset has been
- * read, its next epoch starts and it needs them all again. */
-static void job_consume(struct dlshim_engine *e, struct job *jb, uint32_t it)
+/* The job read `it` this epoch. In exact mode, when every item of its
+ * declared dataset has been read, its next epoch starts and it needs them
+ * all again (redirect jobs roll over per group, in redirect.c). */
+void eng_job_consume(struct dlshim_engine *e, struct job *jb, uint32_t it)
 {
 	if (bit_get(jb->consumed, it))
 		return;
 	bit_set(jb->consumed, it);
 	jb->consumed_count++;
+	jb->st.bytes_consumed += e->items[it].size;
 	refcnt_add(e, it, -1);
-	if (jb->consumed_count < jb->dataset_size)
+	uint32_t g = e->items[it].group;
+	if (jb->mode != DLSHIM_REDIRECT_OFF && g != NONE && g < jb->njg) {
+		jb->jg[g].cons++;
+		return;
+	}
+	if (!jb->has_dataset || jb->consumed_count < jb->dataset_size)
 		return;
 	jb->st.epochs++;
 	jb->consumed_count = 0;
@@ -323,23 +284,43 @@ int dlshim_engine_job_attach(struct dlshim_engine *e, const char *name)
 		if (!jb->needed || !jb->consumed)
 			return -1;
 		jb->dataset_size = jb->consumed_count = 0;
+		jb->has_dataset = 0;
+		jb->mode = DLSHIM_REDIRECT_OFF;
 		jb->live = 1;
 	}
 	jb->sessions++;
 	return j;
 }
 
+void dlshim_engine_job_release(struct dlshim_engine *e, int j)
+{
+	if (j >= 0 && j < e->njobs && e->jobs[j].sessions > 0)
+		e->jobs[j].sessions--;
+}
+
+int dlshim_engine_job_sessions(struct dlshim_engine *e, int j)
+{
+	return (j >= 0 && j < e->njobs) ? (int)e->jobs[j].sessions : 0;
+}
+
 void dlshim_engine_job_detach(struct dlshim_engine *e, int j)
 {
 	if (j < 0 || j >= e->njobs || e->jobs[j].sessions == 0)
 		return;
-	struct job *jb = &e->jobs[j];
-	if (--jb->sessions > 0)
+	dlshim_engine_job_release(e, j);
+	dlshim_engine_job_end(e, j);
+}
+
+void dlshim_engine_job_end(struct dlshim_engine *e, int j)
+{
+	if (j < 0 || j >= e->njobs || e->jobs[j].sessions > 0 || !e->jobs[j].live)
 		return;
+	struct job *jb = &e->jobs[j];
 	/* The job ended: it no longer needs anything. */
 	for (uint32_t i = 0; i < e->nitems; i++)
 		if (bit_get(jb->needed, i) && !bit_get(jb->consumed, i))
 			refcnt_add(e, i, -1);
+	redirect_job_end(e, jb);
 	free(jb->needed);
 	free(jb->consumed);
 	jb->needed = jb->consumed = NULL;
@@ -348,9 +329,9 @@ void dlshim_engine_job_detach(struct dlshim_engine *e, int j)
 
 uint32_t dlshim_engine_job_add_item(struct dlshim_engine *e, int j, const struct dlshim_file_id *id)
 {
-	uint32_t it = item_get(e, id);
+	uint32_t it = eng_item_get(e, id);
 	if (it != NONE && j >= 0 && j < e->njobs && e->jobs[j].live)
-		job_need(e, &e->jobs[j], it);
+		eng_job_need(e, &e->jobs[j], it);
 	return it;
 }
 
@@ -395,6 +376,9 @@ static void item_evict(struct dlshim_engine *e, uint32_t it)
 		slot_free(e, x->slot);
 	x->slot = NONE;
 	x->state = ITEM_ABSENT;
+	eng_group_res_del(e, it);
+	if (x->refcnt > 0) /* read from disk for nothing: some live job still needed it */
+		e->cs.waste_bytes += x->size;
 	e->cs.evictions++;
 	e->cs.items_resident--;
 }
@@ -408,6 +392,7 @@ static void item_drop_slot(struct dlshim_engine *e, uint32_t it)
 	evict_del(&e->ev, it);
 	x->slot = NONE;
 	x->state = ITEM_ABSENT;
+	eng_group_res_del(e, it);
 	e->cs.items_resident--;
 	if (e->sp[s].pins == 0)
 		slot_free(e, s);
@@ -451,7 +436,7 @@ static int slot_alloc(struct dlshim_engine *e, struct job *jb, uint64_t size, ui
 	return 0;
 }
 
-static void pin(struct dlshim_engine *e, uint32_t s)
+void eng_pin(struct dlshim_engine *e, uint32_t s)
 {
 	if (e->sp[s].pins++ == 0) {
 		e->pinned_slots++;
@@ -467,24 +452,29 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 {
 	memset(res, 0, sizeof(*res));
 	res->kind = DLSHIM_OPEN_PASS;
-	res->item = res->slot = NONE;
+	res->item = res->requested = res->slot = NONE;
 	if (j < 0 || j >= e->njobs || !e->jobs[j].live)
 		return;
 	struct job *jb = &e->jobs[j];
 	int retry = flags & DLSHIM_OPEN_F_RETRY;
 	if (!retry)
 		jb->st.requests++;
-	uint32_t it = item_get(e, id);
+	uint32_t it = eng_item_get(e, id);
 	if (it == NONE) {
 		jb->st.passthrough++;
 		return;
 	}
 	struct item *x = &e->items[it];
 	res->item = it;
+	res->requested = it;
 	res->size = id->size;
+	if (jb->mode != DLSHIM_REDIRECT_OFF && x->group != NONE) {
+		redirect_open(e, j, it, res);
+		return;
+	}
 	if (!retry) {
-		job_need(e, jb, it);
-		job_consume(e, jb, it);
+		eng_job_need(e, jb, it);
+		eng_job_consume(e, jb, it);
 	}
 	if (x->state == ITEM_RESIDENT && (x->size != id->size || x->mtime_ns != id->mtime_ns)) {
 		/* The file changed since it was cached: never serve the old bytes. */
@@ -497,7 +487,7 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 		return;
 	}
 	if (x->state == ITEM_RESIDENT) {
-		pin(e, x->slot);
+		eng_pin(e, x->slot);
 		evict_touch(&e->ev, it);
 		res->kind = DLSHIM_OPEN_HIT;
 		res->slot = x->slot;
@@ -507,25 +497,38 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 	}
 	x->size = id->size;
 	x->mtime_ns = id->mtime_ns;
-	uint32_t s;
-	if (id->size > e->max_item_bytes || slot_alloc(e, jb, id->size, &s)) {
-		if (id->size <= e->max_item_bytes)
-			e->cs.alloc_failures++;
+	if (eng_start_load(e, jb, it) < 0) {
 		jb->st.passthrough++;
 		return;
 	}
+	jb->st.misses++;
+	res->kind = DLSHIM_OPEN_LOAD;
+	res->slot = x->slot;
+}
+
+/* Allocate a slot for `it`, mark it loading and pin it for the loader.
+ * -1 when it is too big or nothing can be evicted. */
+int eng_start_load(struct dlshim_engine *e, struct job *jb, uint32_t it)
+{
+	struct item *x = &e->items[it];
+	uint32_t s;
+	if (x->size > e->max_item_bytes)
+		return -1;
+	if (slot_alloc(e, jb, x->size, &s)) {
+		e->cs.alloc_failures++;
+		return -1;
+	}
 	struct dlshim_shm_slot *sl = &e->slots[s];
-	sl->dev = id->dev;
-	sl->ino = id->ino;
-	sl->mtime_ns = id->mtime_ns;
+	sl->dev = x->dev;
+	sl->ino = x->ino;
+	sl->mtime_ns = x->mtime_ns;
 	e->sp[s].item = it;
 	x->slot = s;
 	x->state = ITEM_LOADING;
 	e->cs.items_resident++;
-	pin(e, s);
-	jb->st.misses++;
-	res->kind = DLSHIM_OPEN_LOAD;
-	res->slot = s;
+	eng_group_res_add(e, it);
+	eng_pin(e, s);
+	return 0;
 }
 
 int dlshim_engine_slot_iov(struct dlshim_engine *e, uint32_t s, uint64_t off, struct iovec *iov, int max)
@@ -561,6 +564,7 @@ uint64_t dlshim_engine_load_done(struct dlshim_engine *e, int j, uint32_t it, in
 	if (!ok) {
 		x->state = ITEM_ABSENT;
 		x->slot = NONE;
+		eng_group_res_del(e, it);
 		e->cs.items_resident--;
 		e->pinned_slots--;
 		slot_free(e, s);
@@ -612,13 +616,28 @@ void dlshim_engine_note_pass(struct dlshim_engine *e, int j, uint64_t bytes)
 void dlshim_engine_job_stats(struct dlshim_engine *e, int j, struct dlshim_job_stats *out)
 {
 	memset(out, 0, sizeof(*out));
-	if (j >= 0 && j < e->njobs)
-		*out = e->jobs[j].st;
+	if (j < 0 || j >= e->njobs)
+		return;
+	struct job *jb = &e->jobs[j];
+	*out = jb->st;
+	if (jb->mode != DLSHIM_REDIRECT_OFF && jb->jg) {
+		/* Redirect jobs keep epochs per group: the job has completed as
+		 * many epochs as its least advanced group. */
+		uint64_t min = UINT64_MAX;
+		for (uint32_t g = 0; g < jb->njg && g < e->ngroups; g++)
+			if (jb->jg[g].size) {
+				uint64_t done = jb->jg[g].epoch + (jb->jg[g].cons >= jb->jg[g].size);
+				if (done < min)
+					min = done;
+			}
+		out->epochs = min == UINT64_MAX ? 0 : min;
+	}
 }
 
 void dlshim_engine_cache_stats(struct dlshim_engine *e, struct dlshim_cache_stats *out)
 {
 	*out = e->cs;
+	out->chunk_files = e->chunk_k;
 	out->items_pinned = e->pinned_slots;
 	out->items_known = e->nitems;
 }

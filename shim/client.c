@@ -67,8 +67,8 @@ static uint64_t new_session_id(void)
 
 static int send_msg(int fd, uint16_t type, const void *payload, uint32_t len, int pass_fd)
 {
-	char buf[sizeof(struct dlshim_msg_hdr) + 512];
-	if (len > 512)
+	static __thread char buf[sizeof(struct dlshim_msg_hdr) + 2 * DLSHIM_PATH_MAX + 128];
+	if (len > sizeof(buf) - sizeof(struct dlshim_msg_hdr))
 		return -1;
 	size_t n = dlshim_msg_encode(buf, type, ++seqno, payload, len);
 	struct iovec iov = {buf, n};
@@ -280,6 +280,41 @@ static int adopt_segment(int sfd, const struct dlshim_msg_hello_ok *ok)
 	return 0;
 }
 
+/* Tell the coordinator what the job's dataset is (it scans it once per
+ * job) and which redirect mode the job runs in. */
+static int declare_dataset(int fd)
+{
+	static char buf[sizeof(struct dlshim_msg_dataset) + 2 * DLSHIM_PATH_MAX + 64];
+	struct dlshim_msg_dataset d = {.redirect = g_cfg.redirect, .sampler = g_cfg.sampler, .chunk = g_cfg.chunk};
+	size_t n = sizeof(d);
+	memcpy(buf, &d, n);
+	for (int i = 0; i < g_cfg.nroots; i++) {
+		size_t l = g_cfg.root_len[i];
+		if (n + l + 2 + DLSHIM_PATH_MAX >= sizeof(buf))
+			break;
+		if (i)
+			buf[n++] = ',';
+		memcpy(buf + n, g_cfg.roots[i], l);
+		n += l;
+	}
+	buf[n++] = 0;
+	size_t fl = strlen(g_cfg.filelist);
+	memcpy(buf + n, g_cfg.filelist, fl + 1);
+	n += fl + 1;
+	if (send_msg(fd, DLSHIM_MSG_DATASET, buf, (uint32_t)n, -1) < 0)
+		return -1;
+	static char rep[sizeof(struct dlshim_msg_hdr) + 1024];
+	long r = recv_msg(fd, rep, sizeof(rep) - 1, DLSHIM_MSG_TEXT, NULL);
+	if (r < 0)
+		return -1;
+	rep[r] = 0;
+	if (strncmp(rep, "error:", 6) == 0)
+		shim_warn(W_PROTO, "dataset: %s", rep + 7);
+	else
+		shim_debug("dataset: %s", rep);
+	return 0;
+}
+
 static int hello(int fd, uint32_t kind)
 {
 	struct dlshim_msg_hello h;
@@ -300,7 +335,9 @@ static int hello(int fd, uint32_t kind)
 			real.close(sfd);
 		return -1;
 	}
-	return adopt_segment(sfd, &b.ok);
+	if (adopt_segment(sfd, &b.ok) < 0)
+		return -1;
+	return kind == DLSHIM_HELLO_CLIENT ? declare_dataset(fd) : 0;
 }
 
 /* Called with pool_mu held. */
@@ -409,20 +446,43 @@ struct route *client_open(int fd, const struct stat *st)
 		struct dlshim_msg_open_r r;
 		char raw[sizeof(struct dlshim_msg_hdr) + 512];
 	} b;
+	int sfd = -1;
 	if (send_msg(cfd, DLSHIM_MSG_OPEN, &o, sizeof(o), -1) < 0 ||
-	    recv_msg(cfd, &b, sizeof(b), DLSHIM_MSG_OPEN_R, NULL) != sizeof(b.r))
+	    recv_msg(cfd, &b, sizeof(b), DLSHIM_MSG_OPEN_R, &sfd) != sizeof(b.r))
 		goto broken;
 	if (b.r.status == DLSHIM_OPEN_R_NEED_FD) {
 		/* A miss: hand over our descriptor so the coordinator loads
 		 * exactly the file we opened. */
+		if (sfd >= 0)
+			real.close(sfd);
 		if (send_msg(cfd, DLSHIM_MSG_LOADFD, NULL, 0, fd) < 0 ||
-		    recv_msg(cfd, &b, sizeof(b), DLSHIM_MSG_OPEN_R, NULL) != sizeof(b.r))
+		    recv_msg(cfd, &b, sizeof(b), DLSHIM_MSG_OPEN_R, &sfd) != sizeof(b.r))
 			goto broken;
 	}
 	struct segment *seg = current_seg;
 	pool_put(c, 0);
-	if (b.r.status != DLSHIM_OPEN_R_HIT || seg == NULL || b.r.size != o.size)
+	uint64_t size = o.size;
+	if (b.r.flags & DLSHIM_OPEN_R_F_FD) {
+		/* Redirected: the descriptor number the program holds now refers
+		 * to the served file, so fstat, mmap and plain reads agree. */
+		int cloexec = real.fcntl(fd, F_GETFD) & FD_CLOEXEC;
+		struct stat sst;
+		if (sfd < 0 || fstat(sfd, &sst) < 0 || real.dup3(sfd, fd, cloexec ? O_CLOEXEC : 0) < 0) {
+			if (sfd >= 0)
+				real.close(sfd);
+			client_release_slot(b.r.status == DLSHIM_OPEN_R_HIT ? b.r.slot : UINT32_MAX, b.r.gen);
+			return NULL;
+		}
+		real.close(sfd);
+		size = (uint64_t)sst.st_size;
+	} else if (sfd >= 0) {
+		real.close(sfd);
+	}
+	if (b.r.status != DLSHIM_OPEN_R_HIT || seg == NULL || b.r.size != size) {
+		if (b.r.status == DLSHIM_OPEN_R_HIT)
+			client_release_slot(b.r.slot, b.r.gen);
 		return NULL;
+	}
 	struct route *r = route_new();
 	if (r == NULL)
 		return NULL;
@@ -438,7 +498,16 @@ broken:
 	return NULL;
 }
 
+static void release_msg(uint32_t slot, uint64_t gen, uint64_t bytes_cache, uint64_t bytes_pass);
+
+void client_release_slot(uint32_t slot, uint64_t gen) { release_msg(slot, gen, 0, 0); }
+
 void client_release(const struct route *r, uint64_t bytes_cache, uint64_t bytes_pass)
+{
+	release_msg(r->slot, r->gen, bytes_cache, bytes_pass);
+}
+
+static void release_msg(uint32_t slot, uint64_t gen, uint64_t bytes_cache, uint64_t bytes_pass)
 {
 	/* Do not start or spawn a coordinator just to release. */
 	pthread_mutex_lock(&pool_mu);
@@ -450,18 +519,19 @@ void client_release(const struct route *r, uint64_t bytes_cache, uint64_t bytes_
 	if (c < 0)
 		return;
 	struct dlshim_msg_release m = {
-		.item = 0, .slot = r->slot, .gen = r->gen, .bytes_cache = bytes_cache, .bytes_pass = bytes_pass};
+		.item = 0, .slot = slot, .gen = gen, .bytes_cache = bytes_cache, .bytes_pass = bytes_pass};
 	int bad = send_msg(pool[c].fd, DLSHIM_MSG_RELEASE, &m, sizeof(m), -1) < 0;
 	pool_put(c, bad);
 }
 
 int client_write_stats(const char *path)
 {
-	pthread_mutex_lock(&pool_mu);
-	int have = npool > 0 && session_pid == getpid();
-	pthread_mutex_unlock(&pool_mu);
-	if (!have)
+	/* The job's first process may never have opened a file itself (its
+	 * DataLoader workers did): connect, but never spawn, to ask. */
+	int sock = connect_sock();
+	if (sock < 0)
 		return -1;
+	real.close(sock);
 	int c = pool_get();
 	if (c < 0)
 		return -1;

@@ -72,6 +72,7 @@ void fdt_drop_all(void);
 struct route *client_open(int fd, const struct stat *st);
 /* Release a pin (or only report bytes when r->slot is UINT32_MAX). */
 void client_release(const struct route *r, uint64_t bytes_cache, uint64_t bytes_pass);
+void client_release_slot(uint32_t slot, uint64_t gen);
 /* Write the job's JSON summary to `path` (DLSHIM_STATS). */
 int client_write_stats(const char *path);
 void client_atfork_prepare(void);

@@ -39,6 +39,7 @@ struct daemon {
 	struct session *sessions;
 	int nclients;           /* live client connections (not CLI) */
 	time_t idle_since;
+	time_t job_idle_since[DLSHIM_ENGINE_MAX_JOBS];
 	time_t started;
 	volatile int stopping;
 	int listen_fd;
@@ -46,6 +47,9 @@ struct daemon {
 };
 
 extern struct daemon D;
+
+/* Seconds a job without processes keeps its state (epoch, consumption). */
+#define JOB_LINGER_S 15
 
 void dlog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -56,6 +60,7 @@ void *conn_thread(void *arg);
  * caller until one of the loader threads has done it. */
 int loader_start(int nthreads);
 int loader_load(int fd, uint32_t slot, uint64_t size);
+void loader_load_batch(const int *fd, const uint32_t *slot, const uint64_t *size, int *rc, uint32_t n);
 
 /* stats_json.c: the JSON state; `job` >= 0 gives that job's object only. */
 size_t stats_json(char *buf, size_t cap, int job);

@@ -119,6 +119,18 @@ static int make_listener(void)
 	return fd;
 }
 
+/* Jobs with no process left for JOB_LINGER_S are over. Called with D.mu. */
+static void end_lingering_jobs(void)
+{
+	time_t now = time(NULL);
+	for (int j = 0; j < dlshim_engine_njobs(D.eng); j++)
+		if (dlshim_engine_job_live(D.eng, j) && dlshim_engine_job_sessions(D.eng, j) == 0 &&
+		    now - D.job_idle_since[j] >= JOB_LINGER_S) {
+			dlog(DLSHIM_LOG_INFO, "job %s ended", dlshim_engine_job_name(D.eng, j));
+			dlshim_engine_job_end(D.eng, j);
+		}
+}
+
 /* Accept clients until stopped or idle for cfg.idle_exit_s. */
 static void serve(void)
 {
@@ -148,6 +160,7 @@ static void serve(void)
 			continue;
 		}
 		pthread_mutex_lock(&D.mu);
+		end_lingering_jobs();
 		int idle = D.nclients == 0 && time(NULL) - D.idle_since >= (time_t)D.cfg.idle_exit_s;
 		pthread_mutex_unlock(&D.mu);
 		if (idle) {
@@ -227,7 +240,7 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&D.mu, NULL);
 	pthread_cond_init(&D.loaded, NULL);
 	D.started = D.idle_since = time(NULL);
-	if (make_segment() < 0 || loader_start(4) < 0 || (D.listen_fd = make_listener()) < 0) {
+	if (make_segment() < 0 || loader_start(8) < 0 || (D.listen_fd = make_listener()) < 0) {
 		if (ready_fd >= 0 && write(ready_fd, "E", 1) < 0)
 			return 1;
 		return 1;

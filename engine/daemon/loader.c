@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -79,18 +80,43 @@ int loader_start(int nthreads)
 
 int loader_load(int fd, uint32_t slot, uint64_t size)
 {
-	struct load_req r = {.fd = fd, .slot = slot, .size = size};
-	pthread_cond_init(&r.cv, NULL);
+	int rc;
+	loader_load_batch(&fd, &slot, &size, &rc, 1);
+	return rc;
+}
+
+/* A chunk: all its files are queued at once so the loader threads read
+ * them in parallel (the device sees a batch, not one file at a time). */
+void loader_load_batch(const int *fd, const uint32_t *slot, const uint64_t *size, int *rc, uint32_t n)
+{
+	struct load_req *r = calloc(n, sizeof(*r));
+	if (r == NULL) {
+		for (uint32_t i = 0; i < n; i++)
+			rc[i] = -1;
+		return;
+	}
 	pthread_mutex_lock(&q_mu);
-	if (q_tail)
-		q_tail->next = &r;
-	else
-		q_head = &r;
-	q_tail = &r;
-	pthread_cond_signal(&q_cv);
-	while (!r.done)
-		pthread_cond_wait(&r.cv, &q_mu);
+	for (uint32_t i = 0; i < n; i++) {
+		r[i] = (struct load_req){.fd = fd[i], .slot = slot[i], .size = size[i], .rc = -1};
+		pthread_cond_init(&r[i].cv, NULL);
+		if (fd[i] < 0) {
+			r[i].done = 1;
+			continue;
+		}
+		if (q_tail)
+			q_tail->next = &r[i];
+		else
+			q_head = &r[i];
+		q_tail = &r[i];
+	}
+	pthread_cond_broadcast(&q_cv);
+	for (uint32_t i = 0; i < n; i++) {
+		while (!r[i].done)
+			pthread_cond_wait(&r[i].cv, &q_mu);
+		rc[i] = r[i].rc;
+	}
 	pthread_mutex_unlock(&q_mu);
-	pthread_cond_destroy(&r.cv);
-	return r.rc;
+	for (uint32_t i = 0; i < n; i++)
+		pthread_cond_destroy(&r[i].cv);
+	free(r);
 }

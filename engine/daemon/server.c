@@ -1,6 +1,8 @@
 /* One thread per client connection: decode a request, ask the engine under
  * the daemon mutex, reply. Anything malformed drops that client only. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -9,6 +11,7 @@
 
 #include "daemon.h"
 #include "dlshim/proto.h"
+#include "dlshim/scan.h"
 
 struct conn {
 	int fd;
@@ -160,10 +163,67 @@ static int load_from(int fd, const struct dlshim_msg_open *o, uint32_t slot)
 	return loader_load(fd, slot, o->size);
 }
 
+/* Open a catalog file by path for loading or for handing to a client,
+ * checking it is still the file the catalog knows. */
+static int open_item(uint32_t item, const char *path)
+{
+	if (path == NULL)
+		return -1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return -1;
+	struct stat st;
+	pthread_mutex_lock(&D.mu);
+	uint64_t size = dlshim_engine_item_size(D.eng, item);
+	pthread_mutex_unlock(&D.mu);
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Load a chunk's files in one batch. Each was pinned for the loader; the
+ * served one keeps its pin for the client, the others are released. */
+static uint64_t load_chunk(struct conn *c, const struct dlshim_open_result *res, uint32_t served)
+{
+	uint32_t n = res->nload;
+	int fds[DLSHIM_MAX_CHUNK], rc[DLSHIM_MAX_CHUNK];
+	uint64_t sizes[DLSHIM_MAX_CHUNK];
+	const char *paths[DLSHIM_MAX_CHUNK];
+	pthread_mutex_lock(&D.mu);
+	for (uint32_t i = 0; i < n; i++) {
+		paths[i] = dlshim_engine_item_path(D.eng, res->load_item[i]);
+		sizes[i] = dlshim_engine_item_size(D.eng, res->load_item[i]);
+	}
+	pthread_mutex_unlock(&D.mu);
+	for (uint32_t i = 0; i < n; i++)
+		fds[i] = open_item(res->load_item[i], paths[i]);
+	loader_load_batch(fds, res->load_slot, sizes, rc, n);
+	for (uint32_t i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	uint64_t served_gen = 0;
+	pthread_mutex_lock(&D.mu);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t it = res->load_item[i];
+		uint64_t gen = dlshim_engine_load_done(D.eng, c->s->job, it, rc[i] == 0);
+		if (gen && it == served) {
+			served_gen = gen;
+			session_add_pin(c->s, res->load_slot[i], gen);
+		} else if (gen) {
+			dlshim_engine_release(D.eng, c->s->job, res->load_slot[i], gen, 0, 0);
+		}
+	}
+	pthread_cond_broadcast(&D.loaded);
+	pthread_mutex_unlock(&D.mu);
+	return served_gen;
+}
+
 static int handle_open(struct conn *c, const struct dlshim_msg_open *o)
 {
 	struct dlshim_file_id id = {o->dev, o->ino, o->size, o->mtime_ns};
-	struct dlshim_open_result res;
+	static __thread struct dlshim_open_result res;
 	struct dlshim_msg_open_r r;
 	memset(&r, 0, sizeof(r));
 	r.status = DLSHIM_OPEN_R_PASS;
@@ -178,6 +238,7 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o)
 	}
 	if (res.kind == DLSHIM_OPEN_HIT)
 		session_add_pin(c->s, res.slot, res.gen);
+	const char *served_path = res.item != res.requested ? dlshim_engine_item_path(D.eng, res.item) : NULL;
 	pthread_mutex_unlock(&D.mu);
 
 	if (res.kind == DLSHIM_OPEN_LOAD) {
@@ -204,6 +265,15 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o)
 		pthread_cond_broadcast(&D.loaded);
 		pthread_mutex_unlock(&D.mu);
 		r.status = DLSHIM_OPEN_R_PASS;
+	} else if (res.nload > 0) {
+		uint64_t gen = load_chunk(c, &res, res.kind == DLSHIM_OPEN_LOAD_CHUNK ? res.item : UINT32_MAX);
+		if (res.kind == DLSHIM_OPEN_LOAD_CHUNK) {
+			res.kind = gen ? DLSHIM_OPEN_HIT : DLSHIM_OPEN_PASS;
+			res.gen = gen;
+			for (uint32_t i = 0; i < res.nload; i++)
+				if (res.load_item[i] == res.item)
+					res.slot = res.load_slot[i];
+		}
 	}
 	if (res.kind == DLSHIM_OPEN_HIT) {
 		r.status = DLSHIM_OPEN_R_HIT;
@@ -212,7 +282,118 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o)
 		r.gen = res.gen;
 		r.size = res.size;
 	}
-	return reply(c, DLSHIM_MSG_OPEN_R, &r, sizeof(r), -1);
+	/* A redirected request gets a descriptor of the file actually served,
+	 * so everything the shim does not intercept sees the same bytes. */
+	int sfd = -1;
+	if (res.item != res.requested && res.item != UINT32_MAX) {
+		sfd = open_item(res.item, served_path);
+		if (sfd >= 0) {
+			r.flags |= DLSHIM_OPEN_R_F_FD;
+		} else if (r.status == DLSHIM_OPEN_R_HIT) {
+			/* Cannot hand over the served file: give the pin back and
+			 * let the client read its own file. */
+			pthread_mutex_lock(&D.mu);
+			if (session_drop_pin(c->s, r.slot, r.gen) == 0)
+				dlshim_engine_release(D.eng, c->s->job, r.slot, r.gen, 0, 0);
+			pthread_mutex_unlock(&D.mu);
+			r.status = DLSHIM_OPEN_R_PASS;
+		}
+	}
+	int rc = reply(c, DLSHIM_MSG_OPEN_R, &r, sizeof(r), sfd);
+	if (sfd >= 0)
+		close(sfd);
+	return rc;
+}
+
+/* ---- dataset declaration ---- */
+
+struct scanned {
+	struct dlshim_file_id id;
+	char *path;
+	char *group;
+};
+
+struct scan_acc {
+	struct scanned *v;
+	size_t n, cap;
+	enum dlshim_redirect mode;
+};
+
+static int scan_cb(void *ctx, const char *path, const struct stat *st, const char *root)
+{
+	struct scan_acc *a = ctx;
+	if (a->n == a->cap) {
+		size_t cap = a->cap ? a->cap * 2 : 1024;
+		struct scanned *v = realloc(a->v, cap * sizeof(*v));
+		if (v == NULL)
+			return 1;
+		a->v = v;
+		a->cap = cap;
+	}
+	struct scanned *s = &a->v[a->n];
+	s->id = (struct dlshim_file_id){(uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size,
+					(int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec};
+	s->path = strdup(path);
+	s->group = NULL;
+	if (a->mode == DLSHIM_REDIRECT_DIR) {
+		const char *slash = strrchr(path, '/');
+		s->group = strndup(path, slash ? (size_t)(slash - path) : 0);
+	} else if (a->mode == DLSHIM_REDIRECT_ANY) {
+		s->group = strdup(root);
+	}
+	if (s->path == NULL)
+		return 1;
+	a->n++;
+	return 0;
+}
+
+static int handle_dataset(struct conn *c, const void *payload, long len)
+{
+	struct dlshim_msg_dataset d;
+	char msg[256];
+	if ((size_t)len < sizeof(d) + 2) {
+		dlog(DLSHIM_LOG_WARN, "dropping client: short dataset message");
+		return -1;
+	}
+	memcpy(&d, payload, sizeof(d));
+	const char *roots = (const char *)payload + sizeof(d);
+	size_t rl = strnlen(roots, (size_t)len - sizeof(d));
+	if (sizeof(d) + rl + 1 >= (size_t)len || d.redirect > DLSHIM_REDIRECT_ANY) {
+		dlog(DLSHIM_LOG_WARN, "dropping client: malformed dataset message");
+		return -1;
+	}
+	const char *list = roots + rl + 1;
+	if (strnlen(list, (size_t)len - sizeof(d) - rl - 1) == (size_t)len - sizeof(d) - rl - 1) {
+		dlog(DLSHIM_LOG_WARN, "dropping client: unterminated file list in dataset message");
+		return -1;
+	}
+	pthread_mutex_lock(&D.mu);
+	int have = dlshim_engine_job_has_dataset(D.eng, c->s->job);
+	pthread_mutex_unlock(&D.mu);
+	if (have)
+		return reply(c, DLSHIM_MSG_TEXT, "known", 5, -1);
+
+	/* Scan without the lock: other clients keep being served meanwhile. */
+	struct scan_acc a = {.mode = (enum dlshim_redirect)d.redirect};
+	char err[256] = "";
+	long n = dlshim_scan(roots, list, scan_cb, &a, err, sizeof(err));
+	pthread_mutex_lock(&D.mu);
+	for (size_t i = 0; i < a.n; i++)
+		dlshim_engine_job_add_file(D.eng, c->s->job, &a.v[i].id, a.v[i].path, a.v[i].group);
+	dlshim_engine_job_dataset_done(D.eng, c->s->job, (enum dlshim_redirect)d.redirect, d.chunk);
+	struct dlshim_cache_stats cs;
+	dlshim_engine_cache_stats(D.eng, &cs);
+	pthread_mutex_unlock(&D.mu);
+	for (size_t i = 0; i < a.n; i++) {
+		free(a.v[i].path);
+		free(a.v[i].group);
+	}
+	free(a.v);
+	int m = n < 0 ? snprintf(msg, sizeof(msg), "error: %s", err)
+		      : snprintf(msg, sizeof(msg), "files %ld redirect %s chunk %u", n,
+				 dlshim_redirect_name((enum dlshim_redirect)d.redirect), cs.chunk_files);
+	dlog(DLSHIM_LOG_INFO, "job %s dataset: %s", dlshim_engine_job_name(D.eng, c->s->job), msg);
+	return reply(c, DLSHIM_MSG_TEXT, msg, (uint32_t)m, -1);
 }
 
 static void handle_release(struct conn *c, const struct dlshim_msg_release *m)
@@ -238,7 +419,11 @@ static void conn_end(struct conn *c)
 				dlshim_engine_release(D.eng, s->job, s->pins[i].slot, s->pins[i].gen, 0, 0);
 			if (s->npins)
 				dlog(DLSHIM_LOG_INFO, "pid %u left with %zu pins; released", s->pid, s->npins);
-			dlshim_engine_job_detach(D.eng, s->job);
+			/* The job lingers a while: its next processes (a new
+			 * epoch's DataLoader workers) continue its epoch. */
+			dlshim_engine_job_release(D.eng, s->job);
+			if (dlshim_engine_job_sessions(D.eng, s->job) == 0)
+				D.job_idle_since[s->job] = time(NULL);
 			HASH_DEL(D.sessions, s);
 			free(s->pins);
 			free(s);
@@ -275,6 +460,8 @@ void *conn_thread(void *arg)
 			rc = handle_hello(c, (const struct dlshim_msg_hello *)buf);
 		} else if (h.type == DLSHIM_MSG_OPEN && c->s) {
 			rc = handle_open(c, (const struct dlshim_msg_open *)buf);
+		} else if (h.type == DLSHIM_MSG_DATASET && c->s) {
+			rc = handle_dataset(c, buf, n);
 		} else if (h.type == DLSHIM_MSG_RELEASE && c->s) {
 			handle_release(c, (const struct dlshim_msg_release *)buf);
 		} else if (h.type == DLSHIM_MSG_STATS && (c->s || c->control)) {

@@ -39,13 +39,17 @@ static void job_obj(struct out *o, int j)
 	put(o,
 	    "{\"job\":\"%s\",\"live\":%s,\"sessions\":%d,\"requests\":%llu,\"hits\":%llu,\"misses\":%llu,"
 	    "\"waits\":%llu,\"passthrough\":%llu,\"bytes_from_cache\":%llu,\"bytes_from_disk\":%llu,"
-	    "\"bytes_passthrough\":%llu,\"epochs\":%llu,\"files_loaded\":%llu,\"evictions\":%llu}",
+	    "\"bytes_passthrough\":%llu,\"epochs\":%llu,\"files_loaded\":%llu,\"evictions\":%llu,"
+	    "\"redirects\":%llu,\"chunk_loads\":%llu,\"bytes_consumed\":%llu,\"io_efficiency\":%.4f}",
 	    dlshim_engine_job_name(D.eng, j), dlshim_engine_job_live(D.eng, j) ? "true" : "false", job_sessions(j),
 	    (unsigned long long)st.requests, (unsigned long long)st.hits, (unsigned long long)st.misses,
 	    (unsigned long long)st.waits, (unsigned long long)st.passthrough,
 	    (unsigned long long)st.bytes_from_cache, (unsigned long long)st.bytes_from_disk,
 	    (unsigned long long)st.bytes_passthrough, (unsigned long long)st.epochs,
-	    (unsigned long long)st.files_loaded, (unsigned long long)st.evictions);
+	    (unsigned long long)st.files_loaded, (unsigned long long)st.evictions,
+	    (unsigned long long)st.redirects, (unsigned long long)st.chunk_loads,
+	    (unsigned long long)st.bytes_consumed,
+	    st.bytes_from_disk ? (double)st.bytes_consumed / (double)st.bytes_from_disk : 0.0);
 }
 
 size_t stats_json(char *buf, size_t cap, int job)
@@ -65,11 +69,13 @@ size_t stats_json(char *buf, size_t cap, int job)
 	    (unsigned long long)D.segment_id, D.cfg.runtime_dir, dlshim_evict_name(D.cfg.evict));
 	put(&o,
 	    " \"cache\":{\"capacity_bytes\":%llu,\"used_bytes\":%llu,\"items_resident\":%llu,\"items_pinned\":%llu,"
-	    "\"items_known\":%llu,\"loads\":%llu,\"evictions\":%llu,\"stale_reloads\":%llu,\"alloc_failures\":%llu},\n",
+	    "\"items_known\":%llu,\"loads\":%llu,\"evictions\":%llu,\"stale_reloads\":%llu,\"alloc_failures\":%llu,"
+	    "\"waste_bytes\":%llu,\"chunk_files\":%u},\n",
 	    (unsigned long long)cs.capacity_bytes, (unsigned long long)cs.used_bytes,
 	    (unsigned long long)cs.items_resident, (unsigned long long)cs.items_pinned,
 	    (unsigned long long)cs.items_known, (unsigned long long)cs.loads, (unsigned long long)cs.evictions,
-	    (unsigned long long)cs.stale_reloads, (unsigned long long)cs.alloc_failures);
+	    (unsigned long long)cs.stale_reloads, (unsigned long long)cs.alloc_failures,
+	    (unsigned long long)cs.waste_bytes, cs.chunk_files);
 	put(&o, " \"jobs\":[");
 	int n = dlshim_engine_njobs(D.eng);
 	for (int j = 0; j < n; j++) {

@@ -41,25 +41,38 @@ enum dlshim_open_kind {
 	DLSHIM_OPEN_LOAD,         /* caller must fill `slot` and call load_done; pinned */
 	DLSHIM_OPEN_WAIT,         /* another caller is loading it: wait, then ask again */
 	DLSHIM_OPEN_PASS,         /* not cached (too big, no space): read the real file */
+	DLSHIM_OPEN_LOAD_CHUNK,   /* caller loads every load_item by path, then serves `served` */
 };
+
+#define DLSHIM_MAX_CHUNK 256
+
 
 struct dlshim_open_result {
 	enum dlshim_open_kind kind;
-	uint32_t item;
+	uint32_t item;            /* the item served (the requested one unless redirected) */
+	uint32_t requested;
 	uint32_t slot;
 	uint64_t gen;
 	uint64_t size;
+	/* LOAD_CHUNK: items to load (each pinned once for the loader, slot
+	 * allocated). `item` is among them or already resident and pinned. */
+	uint32_t nload;
+	uint32_t load_item[DLSHIM_MAX_CHUNK];
+	uint32_t load_slot[DLSHIM_MAX_CHUNK];
 };
 
 struct dlshim_job_stats {
 	uint64_t requests, hits, misses, waits, passthrough;
 	uint64_t bytes_from_disk, bytes_from_cache, bytes_passthrough;
 	uint64_t epochs, files_loaded, evictions;
+	uint64_t redirects, chunk_loads, bytes_consumed;
 };
 
 struct dlshim_cache_stats {
 	uint64_t capacity_bytes, used_bytes, items_resident, items_pinned, items_known;
 	uint64_t loads, evictions, stale_reloads, alloc_failures;
+	uint64_t waste_bytes;     /* loaded, then evicted while a live job still needed it */
+	uint32_t chunk_files;     /* files per physical chunk in use (0 = not set yet) */
 };
 
 /* Create an engine over `opts->shm_base` (formats the segment). NULL on
@@ -73,9 +86,34 @@ void dlshim_engine_destroy(struct dlshim_engine *e);
  * last session detaches. */
 int dlshim_engine_job_attach(struct dlshim_engine *e, const char *name);
 void dlshim_engine_job_detach(struct dlshim_engine *e, int job);
+/* Detach in two steps, so a job can outlive a moment without sessions
+ * (DataLoader workers are re-forked every epoch): release drops a session
+ * and keeps the job's state; end finishes a job with no sessions left. */
+void dlshim_engine_job_release(struct dlshim_engine *e, int job);
+void dlshim_engine_job_end(struct dlshim_engine *e, int job);
+int dlshim_engine_job_sessions(struct dlshim_engine *e, int job);
 /* Declare that `id` belongs to the job's dataset (roots scanned by the
  * caller). Safe to repeat. Returns the item id. */
 uint32_t dlshim_engine_job_add_item(struct dlshim_engine *e, int job, const struct dlshim_file_id *id);
+/* ---- datasets and redirection ----
+ * A job's dataset is declared with job_add_file (after a scan of its roots
+ * or its file list). `group` is the label group: the file's directory for
+ * DLSHIM_REDIRECT=dir, the root for any, NULL in exact mode. With a
+ * redirect mode set, dlshim_engine_open may serve another resident,
+ * not-yet-consumed file of the requested one's group (same extension, never
+ * a hidden file); each file is served once per job and group epoch. */
+uint32_t dlshim_engine_job_add_file(struct dlshim_engine *e, int job, const struct dlshim_file_id *id,
+				    const char *path, const char *group);
+/* Finish a dataset declaration: cut groups into chunks of `chunk` files
+ * (0 = auto from the cache size, group count and mean file size) in inode
+ * order, and enable `mode` for the job. */
+void dlshim_engine_job_dataset_done(struct dlshim_engine *e, int job, enum dlshim_redirect mode, uint32_t chunk);
+int dlshim_engine_job_has_dataset(struct dlshim_engine *e, int job);
+const char *dlshim_engine_item_path(struct dlshim_engine *e, uint32_t item);
+uint64_t dlshim_engine_item_size(struct dlshim_engine *e, uint32_t item);
+/* Files per chunk that `auto` picks for the given sizes (exposed for tests). */
+uint32_t dlshim_chunk_auto(uint64_t cache_bytes, uint32_t ngroups, uint64_t mean_file_bytes);
+
 int dlshim_engine_job_find(struct dlshim_engine *e, const char *name);
 const char *dlshim_engine_job_name(struct dlshim_engine *e, int job);
 int dlshim_engine_job_live(struct dlshim_engine *e, int job);

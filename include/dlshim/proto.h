@@ -28,6 +28,7 @@ enum dlshim_msg_type {
 	DLSHIM_MSG_TEXT,
 	DLSHIM_MSG_STOP,          /* c->d: shut down; reply TEXT */
 	DLSHIM_MSG_ERROR,         /* d->c: request refused; payload is a message */
+	DLSHIM_MSG_DATASET,       /* c->d: declare the job's dataset (struct dlshim_msg_dataset + text); reply TEXT */
 	DLSHIM_MSG_TYPE_MAX
 };
 
@@ -67,11 +68,13 @@ enum dlshim_open_status {
 	DLSHIM_OPEN_R_NEED_FD,    /* send LOADFD with the descriptor, then wait for OPEN_R */
 };
 
+#define DLSHIM_OPEN_R_F_FD 1u /* a descriptor of the served (redirected) file accompanies */
+
 struct dlshim_msg_open_r {
 	uint32_t status;
 	uint32_t item;
 	uint32_t slot;
-	uint32_t pad;
+	uint32_t flags;
 	uint64_t gen;
 	uint64_t size;
 };
@@ -82,6 +85,15 @@ struct dlshim_msg_release {
 	uint64_t gen;
 	uint64_t bytes_cache;
 	uint64_t bytes_pass;
+};
+
+/* Followed by the roots (comma-separated, as in DLSHIM_ROOTS), a NUL, the
+ * file list path (may be empty) and a NUL. */
+struct dlshim_msg_dataset {
+	uint32_t redirect;        /* enum dlshim_redirect */
+	uint32_t sampler;         /* enum dlshim_sampler */
+	uint32_t chunk;           /* files per chunk, 0 = auto */
+	uint32_t pad;
 };
 
 /* Encode a message into `buf` (at least sizeof hdr + len). Returns the

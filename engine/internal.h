@@ -1,0 +1,131 @@
+/* Engine internals shared by engine.c (catalog, jobs, slots) and
+ * redirect.c (redirect decisions). Private memory only. */
+#ifndef DLSHIM_ENGINE_INTERNAL_H
+#define DLSHIM_ENGINE_INTERNAL_H
+
+#include <stdint.h>
+#include <uthash.h>
+
+#include "dlshim/engine.h"
+#include "dlshim/shm.h"
+#include "evict.h"
+
+#define NONE UINT32_MAX
+
+enum item_state { ITEM_ABSENT = 0, ITEM_LOADING, ITEM_RESIDENT };
+
+/* One file known to the engine, identified by (dev, ino) across jobs. */
+struct item {
+	uint64_t dev, ino, size;
+	int64_t mtime_ns;
+	uint32_t slot;     /* NONE unless loading or resident */
+	uint32_t refcnt;   /* live jobs that still need it this epoch */
+	uint32_t group;    /* label group, NONE when not declared by a redirect job */
+	uint32_t chunk;    /* physical chunk within the group */
+	uint32_t gres_pos; /* position in its group's resident list, NONE if absent */
+	uint32_t ext;      /* hash of the name extension */
+	uint8_t state;
+	uint8_t hidden;    /* name starts with '.': never a redirect target */
+	char *path;        /* NULL unless declared by a scan */
+};
+
+/* Private shadow of each shared slot: who owns it and how many pins. */
+struct slot_priv {
+	uint32_t item;     /* NONE when free or orphaned */
+	uint32_t pins;
+	uint64_t gen;      /* last published generation */
+	uint8_t used;
+};
+
+struct key_node {
+	struct {
+		uint64_t dev, ino;
+	} key;
+	uint32_t item;
+	UT_hash_handle hh;
+};
+
+/* A label group: files that may stand in for one another. */
+struct group {
+	char *key;
+	uint32_t id;
+	uint32_t *items, n, cap;     /* members; sorted by inode once cut */
+	uint32_t nchunks, k;         /* chunk c = items[c*k .. c*k+k) */
+	uint32_t *res, nres, rescap; /* members loading or resident */
+	int dirty;                   /* members added since the last cut */
+	UT_hash_handle hh;
+};
+
+/* Per job and group: the group's epoch. */
+struct jgroup {
+	uint32_t size, cons, epoch;
+	uint64_t seq;     /* requests the job made in this group */
+};
+
+/* Which file a request was served this epoch (re-opens get the same). */
+struct remap {
+	uint32_t req, served, epoch;
+	uint64_t seq;     /* the group request number when it was served */
+	UT_hash_handle hh;
+};
+
+struct job {
+	char name[DLSHIM_JOB_MAX];
+	uint32_t sessions;
+	int live;
+	uint64_t *needed, *consumed; /* bitmaps over item ids */
+	uint64_t dataset_size, consumed_count;
+	int has_dataset;
+	enum dlshim_redirect mode;
+	struct jgroup *jg;
+	uint32_t njg;
+	struct remap *remaps;
+	struct dlshim_job_stats st;
+};
+
+struct dlshim_engine {
+	struct dlshim_shm_header *hdr;
+	struct dlshim_shm_slot *slots;
+	uint32_t *next;
+	struct slot_priv *sp;
+	uint32_t *free_slots, nfree_slots;
+	uint32_t *free_blocks, nfree_blocks;
+	uint64_t nblocks, nslots;
+
+	struct item *items;
+	uint32_t nitems, items_cap;
+	struct key_node *index;
+
+	struct group **groups;       /* by id */
+	uint32_t ngroups, groups_cap;
+	struct group *group_index;   /* by key */
+	uint32_t chunk_k;            /* files per chunk, fixed at the first cut */
+
+	struct job jobs[DLSHIM_ENGINE_MAX_JOBS];
+	int njobs;
+
+	struct evictor ev;
+	uint64_t max_item_bytes;
+	uint64_t pinned_slots;
+	struct dlshim_cache_stats cs;
+};
+
+static inline int bit_get(const uint64_t *b, uint32_t i) { return (b[i / 64] >> (i % 64)) & 1; }
+static inline void bit_set(uint64_t *b, uint32_t i) { b[i / 64] |= 1ULL << (i % 64); }
+static inline void bit_clr(uint64_t *b, uint32_t i) { b[i / 64] &= ~(1ULL << (i % 64)); }
+
+/* engine.c services used by redirect.c */
+uint32_t eng_item_get(struct dlshim_engine *e, const struct dlshim_file_id *id);
+void eng_job_need(struct dlshim_engine *e, struct job *jb, uint32_t it);
+void eng_job_consume(struct dlshim_engine *e, struct job *jb, uint32_t it);
+int eng_start_load(struct dlshim_engine *e, struct job *jb, uint32_t it);
+void eng_pin(struct dlshim_engine *e, uint32_t slot);
+void eng_group_res_add(struct dlshim_engine *e, uint32_t it);
+void eng_group_res_del(struct dlshim_engine *e, uint32_t it);
+
+/* redirect.c */
+void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_open_result *res);
+void redirect_cut_groups(struct dlshim_engine *e, uint32_t chunk);
+void redirect_job_end(struct dlshim_engine *e, struct job *jb);
+
+#endif

@@ -1,0 +1,445 @@
+/* Redirection (redox's local access protocol, adapted to label groups and
+ * variable file sizes): a request is served by a resident file of the same
+ * group that the job has not consumed this epoch; only when none exists is
+ * a physical chunk loaded, the one with the most files still useful. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- dataset declaration ---- */
+
+static uint32_t ext_hash(const char *path)
+{
+	const char *base = strrchr(path, '/');
+	base = base ? base + 1 : path;
+	const char *dot = strrchr(base, '.');
+	if (dot == NULL || dot == base)
+		return 0; /* no extension */
+	uint32_t h = 2166136261u;
+	for (const char *p = dot; *p; p++) {
+		char c = (*p >= 'A' && *p <= 'Z') ? (char)(*p + 32) : *p;
+		h = (h ^ (uint8_t)c) * 16777619u;
+	}
+	return h | 1;
+}
+
+static int is_hidden(const char *path)
+{
+	const char *base = strrchr(path, '/');
+	return (base ? base[1] : path[0]) == '.';
+}
+
+static struct group *group_get(struct dlshim_engine *e, const char *key)
+{
+	struct group *g;
+	HASH_FIND_STR(e->group_index, key, g);
+	if (g)
+		return g;
+	if (e->ngroups == e->groups_cap) {
+		uint32_t cap = e->groups_cap ? e->groups_cap * 2 : 64;
+		struct group **n = realloc(e->groups, cap * sizeof(*n));
+		if (n == NULL)
+			return NULL;
+		e->groups = n;
+		e->groups_cap = cap;
+	}
+	g = calloc(1, sizeof(*g));
+	if (g == NULL || (g->key = strdup(key)) == NULL) {
+		free(g);
+		return NULL;
+	}
+	g->id = e->ngroups;
+	e->groups[e->ngroups++] = g;
+	HASH_ADD_KEYPTR(hh, e->group_index, g->key, strlen(g->key), g);
+	return g;
+}
+
+static int push(uint32_t **a, uint32_t *n, uint32_t *cap, uint32_t v)
+{
+	if (*n == *cap) {
+		uint32_t c = *cap ? *cap * 2 : 16;
+		uint32_t *p = realloc(*a, c * sizeof(uint32_t));
+		if (p == NULL)
+			return -1;
+		*a = p;
+		*cap = c;
+	}
+	(*a)[(*n)++] = v;
+	return 0;
+}
+
+static int job_groups_reserve(struct job *jb, uint32_t n)
+{
+	if (n <= jb->njg)
+		return 0;
+	uint32_t c = jb->njg ? jb->njg : 64;
+	while (c < n)
+		c *= 2;
+	struct jgroup *p = realloc(jb->jg, c * sizeof(*p));
+	if (p == NULL)
+		return -1;
+	memset(p + jb->njg, 0, (c - jb->njg) * sizeof(*p));
+	jb->jg = p;
+	jb->njg = c;
+	return 0;
+}
+
+uint32_t dlshim_engine_job_add_file(struct dlshim_engine *e, int j, const struct dlshim_file_id *id,
+				    const char *path, const char *group)
+{
+	if (j < 0 || j >= e->njobs || !e->jobs[j].live)
+		return NONE;
+	struct job *jb = &e->jobs[j];
+	uint32_t it = eng_item_get(e, id);
+	if (it == NONE)
+		return NONE;
+	struct item *x = &e->items[it];
+	if (x->path == NULL && path) {
+		x->path = strdup(path);
+		x->ext = ext_hash(path);
+		x->hidden = (uint8_t)is_hidden(path);
+	}
+	if (group && x->group == NONE) {
+		/* The first declaration of a file fixes its group. */
+		struct group *g = group_get(e, group);
+		if (g && push(&g->items, &g->n, &g->cap, it) == 0) {
+			x->group = g->id;
+			g->dirty = 1;
+			if (x->state != ITEM_ABSENT)
+				eng_group_res_add(e, it);
+		}
+	}
+	if (x->group != NONE && job_groups_reserve(jb, e->ngroups))
+		return it;
+	eng_job_need(e, jb, it);
+	return it;
+}
+
+uint32_t dlshim_chunk_auto(uint64_t cache_bytes, uint32_t ngroups, uint64_t mean_file_bytes)
+{
+	/* Two chunks per group (the one being consumed and the one loading
+	 * ahead) must fit in the cache; more than 64 files per chunk buys little. */
+	if (ngroups == 0)
+		ngroups = 1;
+	if (mean_file_bytes == 0)
+		mean_file_bytes = 1;
+	uint64_t k = cache_bytes / (2ULL * ngroups * mean_file_bytes);
+	if (k < 1)
+		k = 1;
+	if (k > 64)
+		k = 64;
+	return (uint32_t)k;
+}
+
+static struct dlshim_engine *sort_ctx;
+static int by_inode(const void *a, const void *b)
+{
+	const struct item *x = &sort_ctx->items[*(const uint32_t *)a], *y = &sort_ctx->items[*(const uint32_t *)b];
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+/* Cut dirty groups into chunks of consecutive inodes: on the file systems
+ * measured here inode order is allocation order, so a chunk reads nearly
+ * sequentially. */
+void redirect_cut_groups(struct dlshim_engine *e, uint32_t chunk)
+{
+	if (e->chunk_k == 0) {
+		uint64_t total = 0, n = 0;
+		for (uint32_t g = 0; g < e->ngroups; g++)
+			for (uint32_t i = 0; i < e->groups[g]->n; i++) {
+				total += e->items[e->groups[g]->items[i]].size;
+				n++;
+			}
+		e->chunk_k = chunk ? chunk : dlshim_chunk_auto(e->nblocks * DLSHIM_BLOCK_SIZE, e->ngroups,
+								 n ? total / n : 1);
+		if (e->chunk_k > DLSHIM_MAX_CHUNK)
+			e->chunk_k = DLSHIM_MAX_CHUNK;
+	}
+	for (uint32_t g = 0; g < e->ngroups; g++) {
+		struct group *gr = e->groups[g];
+		if (!gr->dirty)
+			continue;
+		sort_ctx = e;
+		qsort(gr->items, gr->n, sizeof(uint32_t), by_inode);
+		gr->k = e->chunk_k;
+		gr->nchunks = (gr->n + gr->k - 1) / gr->k;
+		for (uint32_t i = 0; i < gr->n; i++)
+			e->items[gr->items[i]].chunk = i / gr->k;
+		gr->dirty = 0;
+	}
+}
+
+void dlshim_engine_job_dataset_done(struct dlshim_engine *e, int j, enum dlshim_redirect mode, uint32_t chunk)
+{
+	if (j < 0 || j >= e->njobs || !e->jobs[j].live)
+		return;
+	e->jobs[j].has_dataset = 1;
+	e->jobs[j].mode = mode;
+	redirect_cut_groups(e, chunk);
+}
+
+int dlshim_engine_job_has_dataset(struct dlshim_engine *e, int j)
+{
+	return j >= 0 && j < e->njobs && e->jobs[j].has_dataset;
+}
+
+const char *dlshim_engine_item_path(struct dlshim_engine *e, uint32_t it)
+{
+	return it < e->nitems ? e->items[it].path : NULL;
+}
+
+uint64_t dlshim_engine_item_size(struct dlshim_engine *e, uint32_t it)
+{
+	return it < e->nitems ? e->items[it].size : 0;
+}
+
+void redirect_job_end(struct dlshim_engine *e, struct job *jb)
+{
+	(void)e;
+	struct remap *m, *tmp;
+	HASH_ITER(hh, jb->remaps, m, tmp) {
+		HASH_DEL(jb->remaps, m);
+		free(m);
+	}
+	free(jb->jg);
+	jb->jg = NULL;
+	jb->njg = 0;
+}
+
+/* ---- group resident lists ---- */
+
+void eng_group_res_add(struct dlshim_engine *e, uint32_t it)
+{
+	struct item *x = &e->items[it];
+	if (x->group == NONE || x->gres_pos != NONE)
+		return;
+	struct group *g = e->groups[x->group];
+	if (push(&g->res, &g->nres, &g->rescap, it) == 0)
+		x->gres_pos = g->nres - 1;
+}
+
+void eng_group_res_del(struct dlshim_engine *e, uint32_t it)
+{
+	struct item *x = &e->items[it];
+	if (x->group == NONE || x->gres_pos == NONE)
+		return;
+	struct group *g = e->groups[x->group];
+	uint32_t last = g->res[--g->nres];
+	g->res[x->gres_pos] = last;
+	e->items[last].gres_pos = x->gres_pos;
+	x->gres_pos = NONE;
+}
+
+/* ---- the decision ---- */
+
+/* Can `x` stand in for a request of `rq` in job `jb`? */
+static int candidate(const struct job *jb, const struct item *rq, const struct item *x, uint32_t xi)
+{
+	return !x->hidden && x->ext == rq->ext && bit_get(jb->needed, xi) && !bit_get(jb->consumed, xi);
+}
+
+/* A new group epoch: the job needs every member again. */
+static void group_rollover(struct dlshim_engine *e, struct job *jb, struct group *g)
+{
+	for (uint32_t i = 0; i < g->n; i++) {
+		uint32_t it = g->items[i];
+		if (bit_get(jb->needed, it) && bit_get(jb->consumed, it)) {
+			bit_clr(jb->consumed, it);
+			jb->consumed_count--;
+			e->items[it].refcnt++;
+			evict_recount(&e->ev, it, e->items[it].refcnt);
+		}
+	}
+	jb->jg[g->id].cons = 0;
+	jb->jg[g->id].epoch++;
+}
+
+/* Resident (or loading, when `loading`) unconsumed stand-in; the requested
+ * file itself first. */
+static uint32_t pick(struct dlshim_engine *e, struct job *jb, uint32_t req, int state)
+{
+	struct item *rq = &e->items[req];
+	if (rq->state == state && candidate(jb, rq, rq, req))
+		return req;
+	struct group *g = e->groups[rq->group];
+	/* Scan from a rotating start so stand-ins do not always come from the
+	 * front of the list. */
+	uint32_t n = g->nres, start = n ? (uint32_t)(jb->st.requests % n) : 0;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t it = g->res[(start + k) % n];
+		if (e->items[it].state == state && candidate(jb, rq, &e->items[it], it))
+			return it;
+	}
+	return NONE;
+}
+
+/* redox's FindReplacePC: the chunk with the most files this job still
+ * needs (ties: the requested file's own chunk). */
+static uint32_t choose_chunk(struct dlshim_engine *e, struct job *jb, uint32_t req)
+{
+	struct item *rq = &e->items[req];
+	struct group *g = e->groups[rq->group];
+	uint32_t best = NONE, best_n = 0;
+	for (uint32_t c = 0; c < g->nchunks; c++) {
+		uint32_t n = 0;
+		uint32_t end = (c + 1) * g->k < g->n ? (c + 1) * g->k : g->n;
+		for (uint32_t i = c * g->k; i < end; i++) {
+			uint32_t it = g->items[i];
+			n += e->items[it].state == ITEM_ABSENT && candidate(jb, rq, &e->items[it], it);
+		}
+		if (n > best_n || (n == best_n && n > 0 && c == rq->chunk)) {
+			best = c;
+			best_n = n;
+		}
+	}
+	return best;
+}
+
+/* Start loading the absent members of chunk `c` that some live job still
+ * needs. Returns the number started (listed in res). */
+static uint32_t load_chunk(struct dlshim_engine *e, struct job *jb, struct group *g, uint32_t c,
+			   struct dlshim_open_result *res)
+{
+	uint32_t end = (c + 1) * g->k < g->n ? (c + 1) * g->k : g->n;
+	res->nload = 0;
+	for (uint32_t i = c * g->k; i < end && res->nload < DLSHIM_MAX_CHUNK; i++) {
+		uint32_t it = g->items[i];
+		struct item *x = &e->items[it];
+		if (x->state != ITEM_ABSENT || x->refcnt == 0 || x->path == NULL)
+			continue;
+		if (eng_start_load(e, jb, it) < 0)
+			break; /* cache full of pinned items: load what fits */
+		res->load_item[res->nload] = it;
+		res->load_slot[res->nload] = x->slot;
+		res->nload++;
+	}
+	if (res->nload) {
+		jb->st.chunk_loads++;
+		jb->st.misses++;
+	}
+	return res->nload;
+}
+
+/* Hand `served` to the caller: pinned if resident, else WAIT or a one-file load. */
+static void serve(struct dlshim_engine *e, struct job *jb, uint32_t served, struct dlshim_open_result *res)
+{
+	struct item *x = &e->items[served];
+	res->item = served;
+	res->size = x->size;
+	if (x->state == ITEM_RESIDENT) {
+		eng_pin(e, x->slot);
+		evict_touch(&e->ev, served);
+		res->kind = DLSHIM_OPEN_HIT;
+		res->slot = x->slot;
+		res->gen = e->sp[x->slot].gen;
+		jb->st.hits++;
+		return;
+	}
+	if (x->state == ITEM_LOADING) {
+		res->kind = DLSHIM_OPEN_WAIT;
+		jb->st.waits++;
+		return;
+	}
+	if (x->path && eng_start_load(e, jb, served) == 0) {
+		res->kind = DLSHIM_OPEN_LOAD_CHUNK;
+		res->nload = 1;
+		res->load_item[0] = served;
+		res->load_slot[0] = x->slot;
+		jb->st.misses++;
+		return;
+	}
+	res->kind = DLSHIM_OPEN_PASS;
+	jb->st.passthrough++;
+}
+
+static void remember(struct job *jb, struct jgroup *jg, uint32_t req, uint32_t served)
+{
+	struct remap *m;
+	HASH_FIND(hh, jb->remaps, &req, sizeof(req), m);
+	if (m == NULL) {
+		m = calloc(1, sizeof(*m));
+		if (m == NULL)
+			return;
+		m->req = req;
+		HASH_ADD(hh, jb->remaps, req, sizeof(m->req), m);
+	}
+	m->served = served;
+	m->epoch = jg->epoch;
+	m->seq = jg->seq;
+}
+
+void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_open_result *res)
+{
+	struct job *jb = &e->jobs[j];
+	struct item *rq = &e->items[req];
+	struct group *g = e->groups[rq->group];
+	res->requested = req;
+	if (job_groups_reserve(jb, e->ngroups) < 0 || !bit_get(jb->needed, req)) {
+		/* Not part of this job's declared dataset: serve it exactly. */
+		serve(e, jb, req, res);
+		return;
+	}
+	struct jgroup *jg = &jb->jg[g->id];
+
+	/* The same sample opened again this epoch gets the same file. Once the
+	 * group's epoch is complete, a request can no longer be told apart from
+	 * the first of the next epoch, and it starts that epoch: exactly-once
+	 * service wins over re-open stability for the group's last file. */
+	jg->seq++;
+	int complete = jg->size && jg->cons >= jg->size;
+	struct remap *m;
+	HASH_FIND(hh, jb->remaps, &req, sizeof(req), m);
+	if (m && m->epoch == jg->epoch && !complete) {
+		serve(e, jb, m->served, res);
+		return;
+	}
+	if (complete)
+		group_rollover(e, jb, g);
+
+	uint32_t served = pick(e, jb, req, ITEM_RESIDENT);
+	if (served == NONE && pick(e, jb, req, ITEM_LOADING) != NONE) {
+		/* A chunk with files for us is on its way: wait for it rather
+		 * than load another. */
+		res->kind = DLSHIM_OPEN_WAIT;
+		res->item = req;
+		jb->st.waits++;
+		return;
+	}
+	if (served == NONE) {
+		uint32_t c = choose_chunk(e, jb, req);
+		if (c != NONE && load_chunk(e, jb, g, c, res) > 0) {
+			/* Serve from what we load: the requested file if it is there. */
+			served = NONE;
+			for (uint32_t i = 0; i < res->nload; i++) {
+				uint32_t it = res->load_item[i];
+				if (it == req && candidate(jb, rq, rq, req)) {
+					served = req;
+					break;
+				}
+				if (served == NONE && candidate(jb, rq, &e->items[it], it))
+					served = it;
+			}
+		}
+		if (served == NONE) {
+			/* Nothing of the group can be loaded for us (only files of
+			 * another extension left, or no space): the requested file. */
+			served = req;
+		}
+	}
+	eng_job_consume(e, jb, served);
+	remember(jb, jg, req, served);
+	if (served != req)
+		jb->st.redirects++;
+	if (res->nload > 0) {
+		res->kind = DLSHIM_OPEN_LOAD_CHUNK;
+		res->item = served;
+		res->size = e->items[served].size;
+		if (e->items[served].state != ITEM_LOADING)
+			serve(e, jb, served, res); /* chunk loads for others, we serve a resident */
+		return;
+	}
+	serve(e, jb, served, res);
+}
