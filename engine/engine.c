@@ -21,17 +21,24 @@ static uint64_t random_id(uint64_t seed)
 	return z ^ (z >> 31);
 }
 
+static int item_pinned(void *ctx, uint32_t it)
+{
+	struct dlshim_engine *e = ctx;
+	struct item *x = &e->items[it];
+	return x->slot == NONE || e->sp[x->slot].pins > 0;
+}
+
 struct dlshim_engine *dlshim_engine_create(const struct dlshim_engine_opts *o)
 {
 	uint64_t nslots, nblocks;
 	/* Largest data area whose layout fits in the given length. */
-	uint64_t data = o->shm_len;
-	size_t need = dlshim_shm_layout(data, &nslots, &nblocks);
-	while (need > o->shm_len && data > DLSHIM_BLOCK_SIZE) {
-		data -= (need - o->shm_len) + DLSHIM_BLOCK_SIZE;
-		if ((int64_t)data <= 0)
-			return NULL;
-		need = dlshim_shm_layout(data, &nslots, &nblocks);
+	/* One block at a time: the per-block overhead is a fraction of a
+	 * block, so this takes a few thousand cheap steps at most. */
+	uint64_t nb = o->shm_len / DLSHIM_BLOCK_SIZE;
+	size_t need = dlshim_shm_layout(nb * DLSHIM_BLOCK_SIZE, &nslots, &nblocks);
+	while (need > o->shm_len && nb > 1) {
+		nb--;
+		need = dlshim_shm_layout(nb * DLSHIM_BLOCK_SIZE, &nslots, &nblocks);
 	}
 	if (need > o->shm_len || o->shm_base == NULL)
 		return NULL;
@@ -79,6 +86,8 @@ struct dlshim_engine *dlshim_engine_create(const struct dlshim_engine_opts *o)
 	}
 	e->nfree_blocks = (uint32_t)nblocks;
 	e->max_item_bytes = o->max_item_bytes ? o->max_item_bytes : UINT64_MAX;
+	e->ev.skip = item_pinned;
+	e->ev.skip_ctx = e;
 	e->cs.capacity_bytes = nblocks * DLSHIM_BLOCK_SIZE;
 	return e;
 }
@@ -233,8 +242,11 @@ void eng_job_consume(struct dlshim_engine *e, struct job *jb, uint32_t it)
 	jb->st.bytes_consumed += e->items[it].size;
 	refcnt_add(e, it, -1);
 	uint32_t g = e->items[it].group;
-	if (jb->mode != DLSHIM_REDIRECT_OFF && g != NONE && g < jb->njg) {
-		jb->jg[g].cons++;
+	if (g != NONE && g < jb->njg) {
+		/* Epochs are kept per group. Redirect jobs roll a group over at
+		 * the next request (redirect.c); in exact mode it happens now. */
+		if (++jb->jg[g].cons >= jb->jg[g].size && jb->mode == DLSHIM_REDIRECT_OFF)
+			eng_group_rollover(e, jb, g);
 		return;
 	}
 	if (!jb->has_dataset || jb->consumed_count < jb->dataset_size)
@@ -432,6 +444,8 @@ static int slot_alloc(struct dlshim_engine *e, struct job *jb, uint64_t size, ui
 	e->cs.used_bytes += nb * DLSHIM_BLOCK_SIZE;
 	e->sp[s].used = 1;
 	e->sp[s].pins = 0;
+	/* Until published, no generation a client could hold matches. */
+	e->sp[s].gen = atomic_load_explicit(&sl->gen, memory_order_relaxed);
 	*out = s;
 	return 0;
 }
@@ -440,7 +454,9 @@ void eng_pin(struct dlshim_engine *e, uint32_t s)
 {
 	if (e->sp[s].pins++ == 0) {
 		e->pinned_slots++;
-		if (e->sp[s].item != NONE)
+		/* FIFO keeps pinned items in place (order is load order) and
+		 * skips them when choosing; the others take them out. */
+		if (e->sp[s].item != NONE && e->ev.policy != DLSHIM_EVICT_FIFO)
 			evict_del(&e->ev, e->sp[s].item);
 	}
 }
@@ -592,7 +608,7 @@ int dlshim_engine_release(struct dlshim_engine *e, int j, uint32_t s, uint64_t g
 	}
 	if (s == NONE)
 		return 0;
-	if (s >= e->nslots || !e->sp[s].used || e->sp[s].gen != gen || e->sp[s].pins == 0)
+	if (s >= e->nslots || !e->sp[s].used || (gen & 1) || e->sp[s].gen != gen || e->sp[s].pins == 0)
 		return -1;
 	if (--e->sp[s].pins > 0)
 		return 0;
@@ -620,8 +636,8 @@ void dlshim_engine_job_stats(struct dlshim_engine *e, int j, struct dlshim_job_s
 		return;
 	struct job *jb = &e->jobs[j];
 	*out = jb->st;
-	if (jb->mode != DLSHIM_REDIRECT_OFF && jb->jg) {
-		/* Redirect jobs keep epochs per group: the job has completed as
+	if (jb->jg) {
+		/* Jobs with a declared dataset keep epochs per group: the job has completed as
 		 * many epochs as its least advanced group. */
 		uint64_t min = UINT64_MAX;
 		for (uint32_t g = 0; g < jb->njg && g < e->ngroups; g++)

@@ -152,6 +152,12 @@ uint32_t evict_victim(struct evictor *ev)
 {
 	if (ev->policy == DLSHIM_EVICT_RANDOM)
 		return ev->n ? ev->arr[rng_next(&ev->rng) % ev->n] : NONE;
+	if (ev->policy == DLSHIM_EVICT_FIFO && ev->skip) {
+		for (uint32_t it = ev->tail[0]; it != NONE; it = ev->prev[it])
+			if (!ev->skip(ev->skip_ctx, it))
+				return it;
+		return NONE;
+	}
 	for (int b = 0; b < EVICT_BUCKETS; b++)
 		if (ev->tail[b] != NONE)
 			return ev->tail[b];

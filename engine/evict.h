@@ -25,6 +25,10 @@ struct evictor {
 	uint32_t head[EVICT_BUCKETS], tail[EVICT_BUCKETS];
 	uint32_t *arr, *pos, n;            /* random: evictable items and their positions */
 	uint64_t rng;
+	/* fifo: items stay listed while pinned; the victim walk skips those
+	 * for which skip() is true. */
+	int (*skip)(void *ctx, uint32_t item);
+	void *skip_ctx;
 };
 
 int evict_init(struct evictor *ev, enum dlshim_evict policy, uint64_t seed);

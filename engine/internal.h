@@ -122,6 +122,7 @@ int eng_start_load(struct dlshim_engine *e, struct job *jb, uint32_t it);
 void eng_pin(struct dlshim_engine *e, uint32_t slot);
 void eng_group_res_add(struct dlshim_engine *e, uint32_t it);
 void eng_group_res_del(struct dlshim_engine *e, uint32_t it);
+void eng_group_rollover(struct dlshim_engine *e, struct job *jb, uint32_t group);
 
 /* redirect.c */
 void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_open_result *res);

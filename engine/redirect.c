@@ -242,8 +242,9 @@ static int candidate(const struct job *jb, const struct item *rq, const struct i
 }
 
 /* A new group epoch: the job needs every member again. */
-static void group_rollover(struct dlshim_engine *e, struct job *jb, struct group *g)
+void eng_group_rollover(struct dlshim_engine *e, struct job *jb, uint32_t gid)
 {
+	struct group *g = e->groups[gid];
 	for (uint32_t i = 0; i < g->n; i++) {
 		uint32_t it = g->items[i];
 		if (bit_get(jb->needed, it) && bit_get(jb->consumed, it)) {
@@ -397,7 +398,7 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_o
 		return;
 	}
 	if (complete)
-		group_rollover(e, jb, g);
+		eng_group_rollover(e, jb, g->id);
 
 	uint32_t served = pick(e, jb, req, ITEM_RESIDENT);
 	if (served == NONE && pick(e, jb, req, ITEM_LOADING) != NONE) {

@@ -51,6 +51,8 @@ int dlshim_shm_attach(const void *base, size_t len, struct dlshim_shm_view *v)
 		return -1;
 	v->base = base;
 	v->len = len;
+	v->nslots = h->nslots;
+	v->nblocks = h->nblocks;
 	v->hdr = h;
 	v->slots = (const struct dlshim_shm_slot *)((const uint8_t *)base + h->slots_off);
 	v->next = (const uint32_t *)((const uint8_t *)base + h->next_off);
@@ -61,13 +63,13 @@ int dlshim_shm_attach(const void *base, size_t len, struct dlshim_shm_view *v)
 ssize_t dlshim_shm_read(const struct dlshim_shm_view *v, uint32_t slot, uint64_t gen, uint64_t off,
 			void *buf, size_t len, struct dlshim_shm_cursor *cur)
 {
-	if (v->hdr == NULL || slot >= v->hdr->nslots || (gen & 1))
+	if (v->hdr == NULL || slot >= v->nslots || (gen & 1))
 		return -1;
 	const struct dlshim_shm_slot *s = &v->slots[slot];
 	if (atomic_load_explicit(&s->gen, memory_order_acquire) != gen)
 		return -1;
 	uint64_t size = s->size;
-	uint32_t nblocks = (uint32_t)v->hdr->nblocks;
+	uint32_t nblocks = (uint32_t)v->nblocks;
 	if (off >= size || len == 0)
 		goto validate_empty;
 	if (len > size - off)

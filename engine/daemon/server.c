@@ -335,11 +335,25 @@ static int scan_cb(void *ctx, const char *path, const struct stat *st, const cha
 					(int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec};
 	s->path = strdup(path);
 	s->group = NULL;
-	if (a->mode == DLSHIM_REDIRECT_DIR) {
-		const char *slash = strrchr(path, '/');
-		s->group = strndup(path, slash ? (size_t)(slash - path) : 0);
-	} else if (a->mode == DLSHIM_REDIRECT_ANY) {
-		s->group = strdup(root);
+	/* A label group holds files of one directory (dir) or root (any) and
+	 * one extension: a stray README.txt never stands in for an image, and
+	 * a group's epoch is not held open by files the program never asks
+	 * for. Hidden files belong to no group: they are always served as is. */
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	const char *dot = strrchr(base, '.');
+	const char *ext = (dot && dot != base) ? dot : "";
+	if (base[0] != '.') {
+		/* Exact mode groups like any: only for per-group epoch counting. */
+		size_t dl = a->mode == DLSHIM_REDIRECT_DIR ? (size_t)(slash ? slash - path : 0) : strlen(root);
+		size_t el = strlen(ext);
+		s->group = malloc(dl + el + 2);
+		if (s->group) {
+			memcpy(s->group, a->mode == DLSHIM_REDIRECT_DIR ? path : root, dl);
+			s->group[dl] = '|';
+			for (size_t i = 0; i <= el; i++) /* lower-case, with the NUL */
+				s->group[dl + 1 + i] = (char)((ext[i] >= 'A' && ext[i] <= 'Z') ? ext[i] + 32 : ext[i]);
+		}
 	}
 	if (s->path == NULL)
 		return 1;

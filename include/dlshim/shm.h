@@ -56,6 +56,7 @@ struct dlshim_shm_slot {
 struct dlshim_shm_view {
 	const uint8_t *base;
 	size_t len;
+	uint64_t nslots, nblocks;   /* copied at attach: the header could change later */
 	const struct dlshim_shm_header *hdr;
 	const struct dlshim_shm_slot *slots;
 	const uint32_t *next;
