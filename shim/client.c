@@ -322,6 +322,7 @@ static int hello(int fd, uint32_t kind)
 	h.pid = (uint32_t)getpid();
 	h.kind = kind;
 	h.session = session_id;
+	h.job_owner = (uint32_t)g_job_owner_pid;
 	snprintf(h.job, sizeof(h.job), "%s", g_cfg.job);
 	if (send_msg(fd, DLSHIM_MSG_HELLO, &h, sizeof(h), -1) < 0)
 		return -1;

@@ -353,18 +353,49 @@ EXPORT int fcntl64(int fd, int cmd, ...)
 
 /* ---- stdio ---- */
 
-/* fopen goes through the same decision as open; in exact mode the served
- * file is the requested one, so the FILE simply reads it via the kernel. */
-EXPORT FILE *fopen(const char *p, const char *m)
+/* fopen goes through the same decision as open: a read-only stream on a
+ * routed path is opened by the shim (so it is cached and, in redirect
+ * modes, refers to the served file) and wrapped with fdopen; stdio then
+ * reads it through the kernel, which sees the same file. */
+static int read_only_mode(const char *m, int *cloexec)
+{
+	if (m == NULL || m[0] != 'r')
+		return 0;
+	*cloexec = 0;
+	for (const char *p = m + 1; *p && *p != ','; p++) {
+		if (*p == '+')
+			return 0;
+		if (*p == 'e')
+			*cloexec = 1;
+	}
+	return 1;
+}
+
+static FILE *do_fopen(const char *p, const char *m, int is64)
 {
 	real_init();
+	int cloexec;
+	if (g_active && !g_in_shim && read_only_mode(m, &cloexec) && wants_route(AT_FDCWD, p, O_RDONLY)) {
+		int fd = real.openat(AT_FDCWD, p, O_RDONLY | (cloexec ? O_CLOEXEC : 0), 0);
+		if (fd < 0)
+			return NULL; /* errno as the real fopen would have set it */
+		route_fd(fd);
+		FILE *f = fdopen(fd, m);
+		if (f == NULL) {
+			int saved = errno;
+			forget(fd);
+			real.close(fd);
+			errno = saved;
+		}
+		return f;
+	}
+	if (is64 && real.fopen64)
+		return real.fopen64(p, m);
 	return real.fopen(p, m);
 }
-EXPORT FILE *fopen64(const char *p, const char *m)
-{
-	real_init();
-	return real.fopen64 ? real.fopen64(p, m) : real.fopen(p, m);
-}
+
+EXPORT FILE *fopen(const char *p, const char *m) { return do_fopen(p, m, 0); }
+EXPORT FILE *fopen64(const char *p, const char *m) { return do_fopen(p, m, 1); }
 EXPORT int fclose(FILE *fp)
 {
 	real_init();

@@ -19,6 +19,7 @@ extern struct dlshim_config g_cfg;
 extern int g_active;
 /* Set while the shim itself runs, so its own I/O never re-enters a wrapper. */
 extern __thread int g_in_shim;
+extern pid_t g_job_owner_pid;
 
 void shim_init(void);
 enum warn_cause { W_CONFIG, W_CONNECT, W_LOST, W_SPAWN, W_SHM, W_PROTO, W_STATS, W_DSA, W_PEERS, W_MAX };

@@ -20,6 +20,7 @@ __thread int g_in_shim;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static pid_t job_owner; /* this process created the job (or was first to see it) */
+pid_t g_job_owner_pid;  /* the job's first process, in this process or an ancestor */
 static atomic_int warned[W_MAX];
 
 static void write_stderr(const char *s, size_t n)
@@ -95,11 +96,13 @@ int rundir_self_dir(char *out, size_t len)
 static void derive_job(void)
 {
 	const char *owner = getenv("DLSHIM_JOB_OWNER");
+	if (owner)
+		g_job_owner_pid = (pid_t)atoi(owner);
 	if (owner == NULL) {
 		char pid[24];
 		snprintf(pid, sizeof(pid), "%d", (int)getpid());
 		setenv("DLSHIM_JOB_OWNER", pid, 1);
-		job_owner = getpid();
+		job_owner = g_job_owner_pid = getpid();
 	}
 	if (g_cfg.job[0])
 		return;

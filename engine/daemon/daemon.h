@@ -40,6 +40,7 @@ struct daemon {
 	int nclients;           /* live client connections (not CLI) */
 	time_t idle_since;
 	time_t job_idle_since[DLSHIM_ENGINE_MAX_JOBS];
+	pid_t job_owner[DLSHIM_ENGINE_MAX_JOBS]; /* the job's first process, 0 = unknown */
 	time_t started;
 	volatile int stopping;
 	int listen_fd;
@@ -48,7 +49,9 @@ struct daemon {
 
 extern struct daemon D;
 
-/* Seconds a job without processes keeps its state (epoch, consumption). */
+/* Seconds a job without processes keeps its state (epoch, consumption)
+ * while its first process is alive; a job whose first process is gone ends
+ * as soon as its last session does. */
 #define JOB_LINGER_S 15
 
 void dlog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -125,9 +125,11 @@ static void end_lingering_jobs(void)
 	time_t now = time(NULL);
 	for (int j = 0; j < dlshim_engine_njobs(D.eng); j++)
 		if (dlshim_engine_job_live(D.eng, j) && dlshim_engine_job_sessions(D.eng, j) == 0 &&
-		    now - D.job_idle_since[j] >= JOB_LINGER_S) {
+		    (now - D.job_idle_since[j] >= JOB_LINGER_S ||
+		     (D.job_owner[j] > 0 && kill(D.job_owner[j], 0) < 0 && errno == ESRCH))) {
 			dlog(DLSHIM_LOG_INFO, "job %s ended", dlshim_engine_job_name(D.eng, j));
 			dlshim_engine_job_end(D.eng, j);
+			D.job_owner[j] = 0;
 		}
 }
 
@@ -136,29 +138,30 @@ static void serve(void)
 {
 	for (;;) {
 		struct pollfd p = {D.listen_fd, POLLIN, 0};
-		int r = poll(&p, 1, 500);
+		int r = poll(&p, 1, 250);
 		if (D.stopping)
 			return;
 		if (r == 1 && (p.revents & POLLIN)) {
 			int c = accept4(D.listen_fd, NULL, NULL, SOCK_CLOEXEC);
-			if (c < 0)
-				continue;
 			struct ucred cr;
 			socklen_t l = sizeof(cr);
-			if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &l) < 0 || cr.uid != geteuid()) {
+			if (c < 0) {
+				/* nothing to accept after all */
+			} else if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &l) < 0 || cr.uid != geteuid()) {
 				dlog(DLSHIM_LOG_WARN, "refusing a connection from uid %d", (int)cr.uid);
 				close(c);
-				continue;
+			} else {
+				pthread_t t;
+				pthread_attr_t at;
+				pthread_attr_init(&at);
+				pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+				if (pthread_create(&t, &at, conn_thread, (void *)(intptr_t)c) != 0)
+					close(c);
+				pthread_attr_destroy(&at);
 			}
-			pthread_t t;
-			pthread_attr_t at;
-			pthread_attr_init(&at);
-			pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-			if (pthread_create(&t, &at, conn_thread, (void *)(intptr_t)c) != 0)
-				close(c);
-			pthread_attr_destroy(&at);
-			continue;
 		}
+		/* Housekeeping on every turn, not only when no one connects: a
+		 * CLI polling stats must not keep jobs or the daemon alive. */
 		pthread_mutex_lock(&D.mu);
 		end_lingering_jobs();
 		int idle = D.nclients == 0 && time(NULL) - D.idle_since >= (time_t)D.cfg.idle_exit_s;

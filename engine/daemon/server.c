@@ -139,6 +139,8 @@ static int handle_hello(struct conn *c, const struct dlshim_msg_hello *h)
 			s->id = h->session;
 			s->pid = h->pid;
 			s->job = job;
+			if (h->job_owner)
+				D.job_owner[job] = (pid_t)h->job_owner;
 			HASH_ADD(hh, D.sessions, id, sizeof(s->id), s);
 			dlog(DLSHIM_LOG_INFO, "session %016llx pid %u joins job %s", (unsigned long long)s->id,
 			     h->pid, h->job);

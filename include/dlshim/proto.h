@@ -48,6 +48,8 @@ struct dlshim_msg_hello {
 	uint32_t kind;            /* DLSHIM_HELLO_* */
 	uint64_t session;         /* same for every connection of one process */
 	char job[128];            /* NUL-terminated */
+	uint32_t job_owner;       /* pid of the job's first process (DLSHIM_JOB_OWNER), 0 = unknown */
+	uint32_t pad;
 };
 
 struct dlshim_msg_hello_ok {
