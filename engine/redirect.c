@@ -356,6 +356,33 @@ static void serve(struct dlshim_engine *e, struct job *jb, uint32_t served, stru
 	jb->st.passthrough++;
 }
 
+/* Load ahead: when fewer than half a chunk of the group's files are
+ * resident (or on their way) for this job, start its next chunk now, so
+ * that in steady state a request never waits for the disk. The loads ride
+ * back in res->load_* with res->ahead set; the caller does them after
+ * replying. */
+static void load_ahead(struct dlshim_engine *e, struct job *jb, struct item *rq, struct dlshim_open_result *res)
+{
+	struct group *g = e->groups[rq->group];
+	uint32_t want = g->k / 2 ? g->k / 2 : 1, have = 0;
+	for (uint32_t k = 0; k < g->nres && have < want; k++) {
+		uint32_t it = g->res[k];
+		have += candidate(jb, rq, &e->items[it], it);
+	}
+	if (have >= want)
+		return;
+	uint32_t req = (uint32_t)(rq - e->items);
+	uint32_t c = choose_chunk(e, jb, req);
+	if (c == NONE)
+		return;
+	uint64_t misses = jb->st.misses;
+	if (load_chunk(e, jb, g, c, res) > 0) {
+		res->ahead = 1;
+		jb->st.misses = misses; /* nobody missed: this is ahead of demand */
+		jb->st.loads_ahead++;
+	}
+}
+
 static void remember(struct job *jb, struct jgroup *jg, uint32_t req, uint32_t served)
 {
 	struct remap *m;
@@ -443,4 +470,6 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_o
 		return;
 	}
 	serve(e, jb, served, res);
+	if (res->kind == DLSHIM_OPEN_HIT)
+		load_ahead(e, jb, rq, res);
 }

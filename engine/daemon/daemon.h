@@ -63,6 +63,9 @@ void *conn_thread(void *arg);
  * caller until one of the loader threads has done it. */
 int loader_start(int nthreads);
 int loader_load(int fd, uint32_t slot, uint64_t size);
+/* Load res->load_item[] in the background (each pinned for the loader);
+ * published and released when all are read. Takes ownership of fds. */
+void loader_load_ahead(int job, const struct dlshim_open_result *res, const int *fds);
 void loader_load_batch(const int *fd, const uint32_t *slot, const uint64_t *size, int *rc, uint32_t n);
 
 /* stats_json.c: the JSON state; `job` >= 0 gives that job's object only. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -16,7 +17,35 @@ struct load_req {
 	int done, rc;
 	pthread_cond_t cv;
 	struct load_req *next;
+	struct ahead *batch;  /* set for background loads: no one waits on cv */
+	uint32_t index;
 };
+
+/* A background batch: the last file loaded publishes them all. */
+struct ahead {
+	int job;
+	uint32_t n;
+	_Atomic uint32_t remaining;
+	uint32_t item[DLSHIM_MAX_CHUNK], slot[DLSHIM_MAX_CHUNK];
+	int fd[DLSHIM_MAX_CHUNK], rc[DLSHIM_MAX_CHUNK];
+	struct load_req req[DLSHIM_MAX_CHUNK];
+};
+
+static void ahead_finish(struct ahead *a)
+{
+	for (uint32_t i = 0; i < a->n; i++)
+		if (a->fd[i] >= 0)
+			close(a->fd[i]);
+	pthread_mutex_lock(&D.mu);
+	for (uint32_t i = 0; i < a->n; i++) {
+		uint64_t gen = dlshim_engine_load_done(D.eng, a->job, a->item[i], a->rc[i] == 0);
+		if (gen)
+			dlshim_engine_release(D.eng, a->job, a->slot[i], gen, 0, 0);
+	}
+	pthread_cond_broadcast(&D.loaded);
+	pthread_mutex_unlock(&D.mu);
+	free(a);
+}
 
 static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t q_cv = PTHREAD_COND_INITIALIZER;
@@ -58,6 +87,13 @@ static void *loader_main(void *arg)
 			q_tail = NULL;
 		pthread_mutex_unlock(&q_mu);
 		int rc = do_load(r->fd, r->slot, r->size);
+		if (r->batch) {
+			struct ahead *a = r->batch;
+			a->rc[r->index] = rc;
+			if (atomic_fetch_sub(&a->remaining, 1) == 1)
+				ahead_finish(a);
+			continue;
+		}
 		pthread_mutex_lock(&q_mu);
 		r->rc = rc;
 		r->done = 1;
@@ -65,6 +101,55 @@ static void *loader_main(void *arg)
 		pthread_mutex_unlock(&q_mu);
 	}
 	return NULL;
+}
+
+void loader_load_ahead(int job, const struct dlshim_open_result *res, const int *fds)
+{
+	struct ahead *a = calloc(1, sizeof(*a));
+	if (a == NULL) {
+		/* Cannot queue: give the slots back unpublished. */
+		pthread_mutex_lock(&D.mu);
+		for (uint32_t i = 0; i < res->nload; i++)
+			dlshim_engine_load_done(D.eng, job, res->load_item[i], 0);
+		pthread_cond_broadcast(&D.loaded);
+		pthread_mutex_unlock(&D.mu);
+		for (uint32_t i = 0; i < res->nload; i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
+		return;
+	}
+	a->job = job;
+	a->n = res->nload;
+	atomic_init(&a->remaining, res->nload);
+	for (uint32_t i = 0; i < a->n; i++) {
+		a->item[i] = res->load_item[i];
+		a->slot[i] = res->load_slot[i];
+		a->fd[i] = fds[i];
+		a->rc[i] = -1;
+	}
+	pthread_mutex_lock(&D.mu);
+	for (uint32_t i = 0; i < a->n; i++)
+		a->req[i] = (struct load_req){.fd = fds[i], .slot = a->slot[i], .batch = a, .index = i,
+					      .size = dlshim_engine_item_size(D.eng, a->item[i])};
+	pthread_mutex_unlock(&D.mu);
+	uint32_t skipped = 0;
+	pthread_mutex_lock(&q_mu);
+	for (uint32_t i = 0; i < a->n; i++) {
+		if (fds[i] < 0) {
+			skipped++;
+			continue;
+		}
+		if (q_tail)
+			q_tail->next = &a->req[i];
+		else
+			q_head = &a->req[i];
+		q_tail = &a->req[i];
+	}
+	pthread_cond_broadcast(&q_cv);
+	pthread_mutex_unlock(&q_mu);
+	/* Files that could not be opened count as done (failed) right away. */
+	if (skipped && atomic_fetch_sub(&a->remaining, skipped) == skipped)
+		ahead_finish(a);
 }
 
 int loader_start(int nthreads)

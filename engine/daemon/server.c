@@ -222,6 +222,20 @@ static uint64_t load_chunk(struct conn *c, const struct dlshim_open_result *res,
 	return served_gen;
 }
 
+/* The next chunk of a group, loaded while the current one is consumed. */
+static void start_ahead(struct conn *c, const struct dlshim_open_result *res)
+{
+	int fds[DLSHIM_MAX_CHUNK];
+	const char *paths[DLSHIM_MAX_CHUNK];
+	pthread_mutex_lock(&D.mu);
+	for (uint32_t i = 0; i < res->nload; i++)
+		paths[i] = dlshim_engine_item_path(D.eng, res->load_item[i]);
+	pthread_mutex_unlock(&D.mu);
+	for (uint32_t i = 0; i < res->nload; i++)
+		fds[i] = open_item(res->load_item[i], paths[i]);
+	loader_load_ahead(c->s->job, res, fds);
+}
+
 static int handle_open(struct conn *c, const struct dlshim_msg_open *o)
 {
 	struct dlshim_file_id id = {o->dev, o->ino, o->size, o->mtime_ns};
@@ -267,6 +281,8 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o)
 		pthread_cond_broadcast(&D.loaded);
 		pthread_mutex_unlock(&D.mu);
 		r.status = DLSHIM_OPEN_R_PASS;
+	} else if (res.nload > 0 && res.ahead) {
+		/* handled after the reply */
 	} else if (res.nload > 0) {
 		uint64_t gen = load_chunk(c, &res, res.kind == DLSHIM_OPEN_LOAD_CHUNK ? res.item : UINT32_MAX);
 		if (res.kind == DLSHIM_OPEN_LOAD_CHUNK) {
@@ -304,6 +320,8 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o)
 	int rc = reply(c, DLSHIM_MSG_OPEN_R, &r, sizeof(r), sfd);
 	if (sfd >= 0)
 		close(sfd);
+	if (res.nload > 0 && res.ahead)
+		start_ahead(c, &res);
 	return rc;
 }
 

@@ -40,7 +40,7 @@ static void job_obj(struct out *o, int j)
 	    "{\"job\":\"%s\",\"live\":%s,\"sessions\":%d,\"requests\":%llu,\"hits\":%llu,\"misses\":%llu,"
 	    "\"waits\":%llu,\"passthrough\":%llu,\"bytes_from_cache\":%llu,\"bytes_from_disk\":%llu,"
 	    "\"bytes_passthrough\":%llu,\"epochs\":%llu,\"files_loaded\":%llu,\"evictions\":%llu,"
-	    "\"redirects\":%llu,\"chunk_loads\":%llu,\"bytes_consumed\":%llu,\"io_efficiency\":%.4f}",
+	    "\"redirects\":%llu,\"chunk_loads\":%llu,\"loads_ahead\":%llu,\"bytes_consumed\":%llu,\"io_efficiency\":%.4f}",
 	    dlshim_engine_job_name(D.eng, j), dlshim_engine_job_live(D.eng, j) ? "true" : "false", job_sessions(j),
 	    (unsigned long long)st.requests, (unsigned long long)st.hits, (unsigned long long)st.misses,
 	    (unsigned long long)st.waits, (unsigned long long)st.passthrough,
@@ -48,6 +48,7 @@ static void job_obj(struct out *o, int j)
 	    (unsigned long long)st.bytes_passthrough, (unsigned long long)st.epochs,
 	    (unsigned long long)st.files_loaded, (unsigned long long)st.evictions,
 	    (unsigned long long)st.redirects, (unsigned long long)st.chunk_loads,
+	    (unsigned long long)st.loads_ahead,
 	    (unsigned long long)st.bytes_consumed,
 	    st.bytes_from_disk ? (double)st.bytes_consumed / (double)st.bytes_from_disk : 0.0);
 }

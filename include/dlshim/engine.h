@@ -57,6 +57,7 @@ struct dlshim_open_result {
 	/* LOAD_CHUNK: items to load (each pinned once for the loader, slot
 	 * allocated). `item` is among them or already resident and pinned. */
 	uint32_t nload;
+	uint32_t ahead;           /* the loads are ahead of demand: do them after replying */
 	uint32_t load_item[DLSHIM_MAX_CHUNK];
 	uint32_t load_slot[DLSHIM_MAX_CHUNK];
 };
@@ -65,7 +66,7 @@ struct dlshim_job_stats {
 	uint64_t requests, hits, misses, waits, passthrough;
 	uint64_t bytes_from_disk, bytes_from_cache, bytes_passthrough;
 	uint64_t epochs, files_loaded, evictions;
-	uint64_t redirects, chunk_loads, bytes_consumed;
+	uint64_t redirects, chunk_loads, bytes_consumed, loads_ahead;
 };
 
 struct dlshim_cache_stats {
