@@ -97,6 +97,29 @@ REQ=$(dl_stat 'sum(x["requests"] for x in j["jobs"])' 2>/dev/null)
 [ "${REQ:-0}" -eq "$NFILES" ] && dl_ok "the new job is routed again ($NFILES requests)" || dl_fail "the new job is routed again (expected $NFILES requests, got '${REQ}')"
 [ "$(dl_warnings "$DL_TMP/a2.err")" -eq 0 ] && dl_ok "no warning for the new job" || { dl_fail "no warning for the new job"; dl_show "$DL_TMP/a2.err"; }
 
+dl_info "(a2) the same while reads are in flight (no pause: killed once ~1.5 passes were routed)"
+dl_new_runtime_dir
+env LD_PRELOAD="$DL_LIB" "$READER" -t 8 -m pread -c 4096 -r 10 -d 20000 <"$DL_TMP/list" >"$DL_TMP/a3.out" 2>"$DL_TMP/a3.err" &
+RPID=$!
+DL_BG_PIDS+=("$RPID")
+enough() { [ "$(dl_stat 'sum(x["requests"] for x in j["jobs"])' 2>/dev/null)" -ge $((NFILES * 3 / 2)) ] 2>/dev/null; }
+dl_wait_until 30 enough && dl_ok "reader is in its second pass" || dl_fail "reader is in its second pass"
+DPID=$(dl_stat 'j["daemon"]["pid"]' 2>/dev/null)
+if [ -n "$DPID" ]; then kill -9 "$DPID"; fi
+proc_gone "$RPID" && dl_fail "reader still running when the coordinator was killed" || dl_ok "reader still running when the coordinator was killed (pid $DPID)"
+if ! dl_wait_until 60 proc_gone "$RPID"; then
+	dl_fail "reader finishes within 60 s after the crash (hung: killing it)"
+	kill -9 "$RPID"
+fi
+wait "$RPID"
+rc=$?
+[ "$rc" -eq 0 ] && dl_ok "reader exits 0" || dl_fail "reader exits 0 (got $rc)"
+hashes_ok "(a2) reader across an in-flight crash" "$DL_TMP/a3.out" 10
+nw=$(dl_warnings "$DL_TMP/a3.err")
+[ "$nw" -eq 1 ] && dl_ok "exactly one 'dlshim: warning:' line (got $nw)" || { dl_fail "exactly one 'dlshim: warning:' line (got $nw)"; dl_show "$DL_TMP/a3.err" 8; }
+nother=$(grep -vc '^dlshim: warning: ' "$DL_TMP/a3.err")
+[ "$nother" -eq 0 ] && dl_ok "nothing else on stderr" || { dl_fail "nothing else on stderr ($nother other lines)"; dl_show "$DL_TMP/a3.err" 8; }
+
 #####################################################################
 dl_section "(b) a job killed with SIGKILL while holding files open"
 dl_new_runtime_dir
