@@ -79,6 +79,8 @@ struct job {
 	enum dlshim_redirect mode;
 	struct jgroup *jg;
 	uint32_t njg;
+	uint32_t max_epoch;  /* highest group epoch started */
+	int rescan_due;      /* a new epoch started: look for files added meanwhile */
 	struct remap *remaps;
 	struct dlshim_job_stats st;
 };

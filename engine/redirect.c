@@ -181,6 +181,14 @@ void dlshim_engine_job_dataset_done(struct dlshim_engine *e, int j, enum dlshim_
 	redirect_cut_groups(e, chunk);
 }
 
+int dlshim_engine_job_rescan_due(struct dlshim_engine *e, int j)
+{
+	if (j < 0 || j >= e->njobs || !e->jobs[j].rescan_due)
+		return 0;
+	e->jobs[j].rescan_due = 0;
+	return 1;
+}
+
 int dlshim_engine_job_has_dataset(struct dlshim_engine *e, int j)
 {
 	return j >= 0 && j < e->njobs && e->jobs[j].has_dataset;
@@ -255,7 +263,12 @@ void eng_group_rollover(struct dlshim_engine *e, struct job *jb, uint32_t gid)
 		}
 	}
 	jb->jg[g->id].cons = 0;
-	jb->jg[g->id].epoch++;
+	if (++jb->jg[g->id].epoch > jb->max_epoch) {
+		/* The first group to start a new epoch: the coordinator rescans
+		 * the job's roots so files added meanwhile take part from now. */
+		jb->max_epoch = jb->jg[g->id].epoch;
+		jb->rescan_due = 1;
+	}
 }
 
 /* Resident (or loading, when `loading`) unconsumed stand-in; the requested

@@ -41,6 +41,10 @@ struct daemon {
 	time_t idle_since;
 	time_t job_idle_since[DLSHIM_ENGINE_MAX_JOBS];
 	pid_t job_owner[DLSHIM_ENGINE_MAX_JOBS]; /* the job's first process, 0 = unknown */
+	struct job_spec {                        /* what DATASET declared, for rescans */
+		char *roots, *list;
+		uint32_t redirect, chunk;
+	} spec[DLSHIM_ENGINE_MAX_JOBS];
 	time_t started;
 	volatile int stopping;
 	int listen_fd;

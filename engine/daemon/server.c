@@ -222,6 +222,8 @@ static uint64_t load_chunk(struct conn *c, const struct dlshim_open_result *res,
 	return served_gen;
 }
 
+static void rescan(int job);
+
 /* The next chunk of a group, loaded while the current one is consumed. */
 static void start_ahead(struct conn *c, const struct dlshim_open_result *res)
 {
@@ -322,6 +324,11 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o)
 		close(sfd);
 	if (res.nload > 0 && res.ahead)
 		start_ahead(c, &res);
+	pthread_mutex_lock(&D.mu);
+	int due = dlshim_engine_job_rescan_due(D.eng, c->s->job);
+	pthread_mutex_unlock(&D.mu);
+	if (due)
+		rescan(c->s->job);
 	return rc;
 }
 
@@ -381,6 +388,42 @@ static int scan_cb(void *ctx, const char *path, const struct stat *st, const cha
 	return 0;
 }
 
+/* Scan (without the lock: other clients keep being served) and declare
+ * the files to the engine. Returns the number of files or -1. */
+static long declare_files(int job, const char *roots, const char *list, enum dlshim_redirect mode,
+			  uint32_t chunk, char *err, size_t errlen)
+{
+	struct scan_acc a = {.mode = mode};
+	long n = dlshim_scan(roots, list, scan_cb, &a, err, errlen);
+	pthread_mutex_lock(&D.mu);
+	for (size_t i = 0; i < a.n; i++)
+		dlshim_engine_job_add_file(D.eng, job, &a.v[i].id, a.v[i].path, a.v[i].group);
+	dlshim_engine_job_dataset_done(D.eng, job, mode, chunk);
+	pthread_mutex_unlock(&D.mu);
+	for (size_t i = 0; i < a.n; i++) {
+		free(a.v[i].path);
+		free(a.v[i].group);
+	}
+	free(a.v);
+	return n;
+}
+
+/* A job started a new epoch: files added since its last scan join now. */
+static void rescan(int job)
+{
+	pthread_mutex_lock(&D.mu);
+	struct job_spec sp = D.spec[job];
+	char *roots = sp.roots ? strdup(sp.roots) : NULL, *list = sp.list ? strdup(sp.list) : NULL;
+	pthread_mutex_unlock(&D.mu);
+	char err[256];
+	if (roots && list) {
+		long n = declare_files(job, roots, list, (enum dlshim_redirect)sp.redirect, sp.chunk, err, sizeof(err));
+		dlog(DLSHIM_LOG_DEBUG, "rescanned job %d: %ld files", job, n);
+	}
+	free(roots);
+	free(list);
+}
+
 static int handle_dataset(struct conn *c, const void *payload, long len)
 {
 	struct dlshim_msg_dataset d;
@@ -407,22 +450,21 @@ static int handle_dataset(struct conn *c, const void *payload, long len)
 	if (have)
 		return reply(c, DLSHIM_MSG_TEXT, "known", 5, -1);
 
-	/* Scan without the lock: other clients keep being served meanwhile. */
-	struct scan_acc a = {.mode = (enum dlshim_redirect)d.redirect};
-	char err[256] = "";
-	long n = dlshim_scan(roots, list, scan_cb, &a, err, sizeof(err));
 	pthread_mutex_lock(&D.mu);
-	for (size_t i = 0; i < a.n; i++)
-		dlshim_engine_job_add_file(D.eng, c->s->job, &a.v[i].id, a.v[i].path, a.v[i].group);
-	dlshim_engine_job_dataset_done(D.eng, c->s->job, (enum dlshim_redirect)d.redirect, d.chunk);
+	struct job_spec *sp = &D.spec[c->s->job];
+	free(sp->roots);
+	free(sp->list);
+	sp->roots = strdup(roots);
+	sp->list = strdup(list);
+	sp->redirect = d.redirect;
+	sp->chunk = d.chunk;
+	pthread_mutex_unlock(&D.mu);
+	char err[256] = "";
+	long n = declare_files(c->s->job, roots, list, (enum dlshim_redirect)d.redirect, d.chunk, err, sizeof(err));
 	struct dlshim_cache_stats cs;
+	pthread_mutex_lock(&D.mu);
 	dlshim_engine_cache_stats(D.eng, &cs);
 	pthread_mutex_unlock(&D.mu);
-	for (size_t i = 0; i < a.n; i++) {
-		free(a.v[i].path);
-		free(a.v[i].group);
-	}
-	free(a.v);
 	int m = n < 0 ? snprintf(msg, sizeof(msg), "error: %s", err)
 		      : snprintf(msg, sizeof(msg), "files %ld redirect %s chunk %u", n,
 				 dlshim_redirect_name((enum dlshim_redirect)d.redirect), cs.chunk_files);

@@ -110,6 +110,10 @@ uint32_t dlshim_engine_job_add_file(struct dlshim_engine *e, int job, const stru
  * order, and enable `mode` for the job. */
 void dlshim_engine_job_dataset_done(struct dlshim_engine *e, int job, enum dlshim_redirect mode, uint32_t chunk);
 int dlshim_engine_job_has_dataset(struct dlshim_engine *e, int job);
+/* True once after a job starts a new epoch (its first group rolling over):
+ * the caller should scan the job's roots again and declare new files with
+ * job_add_file + job_dataset_done, so files added between epochs join. */
+int dlshim_engine_job_rescan_due(struct dlshim_engine *e, int job);
 const char *dlshim_engine_item_path(struct dlshim_engine *e, uint32_t item);
 uint64_t dlshim_engine_item_size(struct dlshim_engine *e, uint32_t item);
 /* Files per chunk that `auto` picks for the given sizes (exposed for tests). */
