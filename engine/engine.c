@@ -215,6 +215,19 @@ static void refcnt_add(struct dlshim_engine *e, uint32_t it, int delta)
 	evict_recount(&e->ev, it, x->refcnt);
 }
 
+/* Epochs the job has completed: as many as its least advanced group. */
+static uint64_t job_epochs_done(struct dlshim_engine *e, struct job *jb)
+{
+	uint64_t min = UINT64_MAX;
+	for (uint32_t g = 0; g < jb->njg && g < e->ngroups; g++)
+		if (jb->jg[g].size) {
+			uint64_t done = jb->jg[g].epoch + (jb->jg[g].cons >= jb->jg[g].size);
+			if (done < min)
+				min = done;
+		}
+	return min == UINT64_MAX ? 0 : min;
+}
+
 void eng_job_need(struct dlshim_engine *e, struct job *jb, uint32_t it)
 {
 	if (bit_get(jb->needed, it))
@@ -222,8 +235,15 @@ void eng_job_need(struct dlshim_engine *e, struct job *jb, uint32_t it)
 	bit_set(jb->needed, it);
 	jb->dataset_size++;
 	uint32_t g = e->items[it].group;
-	if (g != NONE && g < jb->njg)
+	if (g != NONE && g < jb->njg) {
+		/* A file joining a group whose epoch is complete belongs to the
+		 * next epoch: start it first. */
+		if (jb->jg[g].size && jb->jg[g].cons >= jb->jg[g].size)
+			eng_group_rollover(e, jb, g);
+		else if (jb->jg[g].size == 0)
+			jb->jg[g].epoch = job_epochs_done(e, jb); /* a group new to the job joins its current epoch */
 		jb->jg[g].size++;
+	}
 	if (!bit_get(jb->consumed, it))
 		refcnt_add(e, it, +1);
 	else
@@ -243,13 +263,16 @@ void eng_job_consume(struct dlshim_engine *e, struct job *jb, uint32_t it)
 	refcnt_add(e, it, -1);
 	uint32_t g = e->items[it].group;
 	if (g != NONE && g < jb->njg) {
-		/* Epochs are kept per group. Redirect jobs roll a group over at
-		 * the next request (redirect.c); in exact mode it happens now. */
-		if (++jb->jg[g].cons >= jb->jg[g].size && jb->mode == DLSHIM_REDIRECT_OFF)
+		/* Epochs are kept per group: a group whose every file the job
+		 * has read starts its next epoch at once, so RefCnt sees that the
+		 * job needs those files again. */
+		if (++jb->jg[g].cons >= jb->jg[g].size)
 			eng_group_rollover(e, jb, g);
 		return;
 	}
-	if (!jb->has_dataset || jb->consumed_count < jb->dataset_size)
+	/* Files outside any group (undeclared ones opened anyway) share one
+	 * dataset-wide epoch, counted only for a job that declared files. */
+	if (!jb->has_dataset || jb->declared == 0 || jb->consumed_count < jb->dataset_size)
 		return;
 	jb->st.epochs++;
 	jb->consumed_count = 0;
@@ -295,7 +318,7 @@ int dlshim_engine_job_attach(struct dlshim_engine *e, const char *name)
 		jb->consumed = calloc(words ? words : 1, 8);
 		if (!jb->needed || !jb->consumed)
 			return -1;
-		jb->dataset_size = jb->consumed_count = 0;
+		jb->dataset_size = jb->consumed_count = jb->declared = 0;
 		jb->has_dataset = 0;
 		jb->mode = DLSHIM_REDIRECT_OFF;
 		jb->live = 1;
@@ -342,8 +365,10 @@ void dlshim_engine_job_end(struct dlshim_engine *e, int j)
 uint32_t dlshim_engine_job_add_item(struct dlshim_engine *e, int j, const struct dlshim_file_id *id)
 {
 	uint32_t it = eng_item_get(e, id);
-	if (it != NONE && j >= 0 && j < e->njobs && e->jobs[j].live)
+	if (it != NONE && j >= 0 && j < e->njobs && e->jobs[j].live) {
+		e->jobs[j].declared++;
 		eng_job_need(e, &e->jobs[j], it);
+	}
 	return it;
 }
 
@@ -636,18 +661,8 @@ void dlshim_engine_job_stats(struct dlshim_engine *e, int j, struct dlshim_job_s
 		return;
 	struct job *jb = &e->jobs[j];
 	*out = jb->st;
-	if (jb->jg) {
-		/* Jobs with a declared dataset keep epochs per group: the job has completed as
-		 * many epochs as its least advanced group. */
-		uint64_t min = UINT64_MAX;
-		for (uint32_t g = 0; g < jb->njg && g < e->ngroups; g++)
-			if (jb->jg[g].size) {
-				uint64_t done = jb->jg[g].epoch + (jb->jg[g].cons >= jb->jg[g].size);
-				if (done < min)
-					min = done;
-			}
-		out->epochs = min == UINT64_MAX ? 0 : min;
-	}
+	if (jb->jg)
+		out->epochs = job_epochs_done(e, jb); /* jobs with groups keep epochs per group */
 }
 
 void dlshim_engine_cache_stats(struct dlshim_engine *e, struct dlshim_cache_stats *out)

@@ -59,13 +59,11 @@ struct group {
 /* Per job and group: the group's epoch. */
 struct jgroup {
 	uint32_t size, cons, epoch;
-	uint64_t seq;     /* requests the job made in this group */
 };
 
 /* Which file a request was served this epoch (re-opens get the same). */
 struct remap {
 	uint32_t req, served, epoch;
-	uint64_t seq;     /* the group request number when it was served */
 	UT_hash_handle hh;
 };
 
@@ -76,6 +74,7 @@ struct job {
 	uint64_t *needed, *consumed; /* bitmaps over item ids */
 	uint64_t dataset_size, consumed_count;
 	int has_dataset;
+	uint64_t declared;   /* files declared with add_file/add_item */
 	enum dlshim_redirect mode;
 	struct jgroup *jg;
 	uint32_t njg;

@@ -146,13 +146,14 @@ static int by_inode(const void *a, const void *b)
  * sequentially. */
 void redirect_cut_groups(struct dlshim_engine *e, uint32_t chunk)
 {
-	if (e->chunk_k == 0) {
-		uint64_t total = 0, n = 0;
-		for (uint32_t g = 0; g < e->ngroups; g++)
-			for (uint32_t i = 0; i < e->groups[g]->n; i++) {
-				total += e->items[e->groups[g]->items[i]].size;
-				n++;
-			}
+	uint64_t total = 0, n = 0;
+	for (uint32_t g = 0; g < e->ngroups; g++)
+		for (uint32_t i = 0; i < e->groups[g]->n; i++) {
+			total += e->items[e->groups[g]->items[i]].size;
+			n++;
+		}
+	/* Fixed by the first dataset that has files (or an explicit size). */
+	if (e->chunk_k == 0 && (n > 0 || chunk)) {
 		e->chunk_k = chunk ? chunk : dlshim_chunk_auto(e->nblocks * DLSHIM_BLOCK_SIZE, e->ngroups,
 								 n ? total / n : 1);
 		if (e->chunk_k > DLSHIM_MAX_CHUNK)
@@ -164,7 +165,7 @@ void redirect_cut_groups(struct dlshim_engine *e, uint32_t chunk)
 			continue;
 		sort_ctx = e;
 		qsort(gr->items, gr->n, sizeof(uint32_t), by_inode);
-		gr->k = e->chunk_k;
+		gr->k = e->chunk_k ? e->chunk_k : 1;
 		gr->nchunks = (gr->n + gr->k - 1) / gr->k;
 		for (uint32_t i = 0; i < gr->n; i++)
 			e->items[gr->items[i]].chunk = i / gr->k;
@@ -250,9 +251,8 @@ static int candidate(const struct job *jb, const struct item *rq, const struct i
 }
 
 /* A new group epoch: the job needs every member again. */
-void eng_group_rollover(struct dlshim_engine *e, struct job *jb, uint32_t gid)
+static void group_reset(struct dlshim_engine *e, struct job *jb, struct group *g)
 {
-	struct group *g = e->groups[gid];
 	for (uint32_t i = 0; i < g->n; i++) {
 		uint32_t it = g->items[i];
 		if (bit_get(jb->needed, it) && bit_get(jb->consumed, it)) {
@@ -263,11 +263,24 @@ void eng_group_rollover(struct dlshim_engine *e, struct job *jb, uint32_t gid)
 		}
 	}
 	jb->jg[g->id].cons = 0;
-	if (++jb->jg[g->id].epoch > jb->max_epoch) {
-		/* The first group to start a new epoch: the coordinator rescans
-		 * the job's roots so files added meanwhile take part from now. */
-		jb->max_epoch = jb->jg[g->id].epoch;
-		jb->rescan_due = 1;
+	jb->jg[g->id].epoch++;
+}
+
+void eng_group_rollover(struct dlshim_engine *e, struct job *jb, uint32_t gid)
+{
+	group_reset(e, jb, e->groups[gid]);
+	if (jb->jg[gid].epoch <= jb->max_epoch)
+		return;
+	/* The first group to start a new epoch starts it for the whole job:
+	 * every other complete group rolls over too (the job needs all their
+	 * files again, which RefCnt must see now), and the coordinator rescans
+	 * the job's roots so files added meanwhile take part. */
+	jb->max_epoch = jb->jg[gid].epoch;
+	jb->rescan_due = 1;
+	for (uint32_t g = 0; g < jb->njg && g < e->ngroups; g++) {
+		struct jgroup *x = &jb->jg[g];
+		if (g != gid && x->size && x->cons >= x->size && x->epoch < jb->max_epoch)
+			group_reset(e, jb, e->groups[g]);
 	}
 }
 
@@ -312,29 +325,61 @@ static uint32_t choose_chunk(struct dlshim_engine *e, struct job *jb, uint32_t r
 	return best;
 }
 
+static int try_load(struct dlshim_engine *e, struct job *jb, uint32_t it, struct dlshim_open_result *res,
+		    uint64_t *bytes, uint64_t budget)
+{
+	struct item *x = &e->items[it];
+	if (x->state != ITEM_ABSENT || x->refcnt == 0 || x->path == NULL || res->nload >= DLSHIM_MAX_CHUNK)
+		return 0;
+	if (res->nload > 0 && *bytes + x->size > budget)
+		return -1;
+	if (eng_start_load(e, jb, it) < 0)
+		return -1; /* cache full of pinned items: load what fits */
+	res->load_item[res->nload] = it;
+	res->load_slot[res->nload] = x->slot;
+	res->nload++;
+	*bytes += x->size;
+	return 1;
+}
+
 /* Start loading the absent members of chunk `c` that some live job still
- * needs. Returns the number started (listed in res). */
-static uint32_t load_chunk(struct dlshim_engine *e, struct job *jb, struct group *g, uint32_t c,
+ * needs: first those this job has not read (they are why the chunk is
+ * read), then those only other jobs need. One chunk never takes more than a
+ * quarter of the cache, whatever DLSHIM_CHUNK says. Returns the number
+ * started (listed in res). */
+static uint32_t load_chunk(struct dlshim_engine *e, struct job *jb, struct group *g, uint32_t c, uint32_t req,
 			   struct dlshim_open_result *res)
 {
+	struct item *rq = &e->items[req];
 	uint32_t end = (c + 1) * g->k < g->n ? (c + 1) * g->k : g->n;
+	uint64_t bytes = 0, budget = e->nblocks * DLSHIM_BLOCK_SIZE / 4;
 	res->nload = 0;
-	for (uint32_t i = c * g->k; i < end && res->nload < DLSHIM_MAX_CHUNK; i++) {
-		uint32_t it = g->items[i];
-		struct item *x = &e->items[it];
-		if (x->state != ITEM_ABSENT || x->refcnt == 0 || x->path == NULL)
-			continue;
-		if (eng_start_load(e, jb, it) < 0)
-			break; /* cache full of pinned items: load what fits */
-		res->load_item[res->nload] = it;
-		res->load_slot[res->nload] = x->slot;
-		res->nload++;
-	}
+	int full = 0;
+	for (int pass = 0; pass < 2 && !full; pass++)
+		for (uint32_t i = c * g->k; i < end && !full; i++) {
+			uint32_t it = g->items[i];
+			if (candidate(jb, rq, &e->items[it], it) != (pass == 0))
+				continue;
+			full = try_load(e, jb, it, res, &bytes, budget) < 0;
+		}
 	if (res->nload) {
 		jb->st.chunk_loads++;
 		jb->st.misses++;
 	}
 	return res->nload;
+}
+
+/* An unread file of the request's group in any state, the request first. */
+static uint32_t any_unread(struct dlshim_engine *e, struct job *jb, uint32_t req)
+{
+	struct item *rq = &e->items[req];
+	if (candidate(jb, rq, rq, req))
+		return req;
+	struct group *g = e->groups[rq->group];
+	for (uint32_t i = 0; i < g->n; i++)
+		if (candidate(jb, rq, &e->items[g->items[i]], g->items[i]))
+			return g->items[i];
+	return NONE;
 }
 
 /* Hand `served` to the caller: pinned if resident, else WAIT or a one-file load. */
@@ -389,14 +434,14 @@ static void load_ahead(struct dlshim_engine *e, struct job *jb, struct item *rq,
 	if (c == NONE)
 		return;
 	uint64_t misses = jb->st.misses;
-	if (load_chunk(e, jb, g, c, res) > 0) {
+	if (load_chunk(e, jb, g, c, req, res) > 0) {
 		res->ahead = 1;
 		jb->st.misses = misses; /* nobody missed: this is ahead of demand */
 		jb->st.loads_ahead++;
 	}
 }
 
-static void remember(struct job *jb, struct jgroup *jg, uint32_t req, uint32_t served)
+static void remember(struct job *jb, uint32_t req, uint32_t served, uint32_t epoch)
 {
 	struct remap *m;
 	HASH_FIND(hh, jb->remaps, &req, sizeof(req), m);
@@ -408,8 +453,7 @@ static void remember(struct job *jb, struct jgroup *jg, uint32_t req, uint32_t s
 		HASH_ADD(hh, jb->remaps, req, sizeof(m->req), m);
 	}
 	m->served = served;
-	m->epoch = jg->epoch;
-	m->seq = jg->seq;
+	m->epoch = epoch;
 }
 
 void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_open_result *res)
@@ -425,20 +469,16 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_o
 	}
 	struct jgroup *jg = &jb->jg[g->id];
 
-	/* The same sample opened again this epoch gets the same file. Once the
-	 * group's epoch is complete, a request can no longer be told apart from
-	 * the first of the next epoch, and it starts that epoch: exactly-once
-	 * service wins over re-open stability for the group's last file. */
-	jg->seq++;
-	int complete = jg->size && jg->cons >= jg->size;
+	/* The same sample opened again this epoch gets the same file. (The
+	 * group's epoch rolls over as soon as its last file is served, so a
+	 * re-open of that last file already belongs to the next epoch: it cannot
+	 * be told apart from the next epoch's first request.) */
 	struct remap *m;
 	HASH_FIND(hh, jb->remaps, &req, sizeof(req), m);
-	if (m && m->epoch == jg->epoch && !complete) {
+	if (m && m->epoch == jg->epoch) {
 		serve(e, jb, m->served, res);
 		return;
 	}
-	if (complete)
-		eng_group_rollover(e, jb, g->id);
 
 	uint32_t served = pick(e, jb, req, ITEM_RESIDENT);
 	if (served == NONE && pick(e, jb, req, ITEM_LOADING) != NONE) {
@@ -451,35 +491,49 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_o
 	}
 	if (served == NONE) {
 		uint32_t c = choose_chunk(e, jb, req);
-		if (c != NONE && load_chunk(e, jb, g, c, res) > 0) {
+		if (c != NONE && load_chunk(e, jb, g, c, req, res) > 0) {
 			/* Serve from what we load: the requested file if it is there. */
-			served = NONE;
-			for (uint32_t i = 0; i < res->nload; i++) {
+			for (uint32_t i = 0; i < res->nload && served != req; i++) {
 				uint32_t it = res->load_item[i];
-				if (it == req && candidate(jb, rq, rq, req)) {
-					served = req;
-					break;
-				}
-				if (served == NONE && candidate(jb, rq, &e->items[it], it))
+				if (candidate(jb, rq, &e->items[it], it) && (served == NONE || it == req))
 					served = it;
 			}
 		}
-		if (served == NONE) {
-			/* Nothing of the group can be loaded for us (only files of
-			 * another extension left, or no space): the requested file. */
+		/* Nothing loadable for us (no space): still never a file this job
+		 * already read this epoch; the requested one only when the group
+		 * has no unread file of its extension at all. */
+		if (served == NONE)
+			served = any_unread(e, jb, req);
+		if (served == NONE)
 			served = req;
-		}
 	}
+	uint32_t epoch = jg->epoch; /* consuming the group's last file rolls it over */
 	eng_job_consume(e, jb, served);
-	remember(jb, jg, req, served);
+	remember(jb, req, served, epoch);
 	if (served != req)
 		jb->st.redirects++;
 	if (res->nload > 0) {
-		res->kind = DLSHIM_OPEN_LOAD_CHUNK;
+		/* Loads are pending for the caller: the served file must be one
+		 * of them, resident (pinned now), or read from disk directly. */
+		struct item *x = &e->items[served];
 		res->item = served;
-		res->size = e->items[served].size;
-		if (e->items[served].state != ITEM_LOADING)
-			serve(e, jb, served, res); /* chunk loads for others, we serve a resident */
+		res->size = x->size;
+		int listed = 0;
+		for (uint32_t i = 0; i < res->nload; i++)
+			listed |= res->load_item[i] == served;
+		if (listed) {
+			res->kind = DLSHIM_OPEN_LOAD_CHUNK;
+		} else if (x->state == ITEM_RESIDENT) {
+			eng_pin(e, x->slot);
+			evict_touch(&e->ev, served);
+			res->kind = DLSHIM_OPEN_HIT;
+			res->slot = x->slot;
+			res->gen = e->sp[x->slot].gen;
+			jb->st.hits++;
+		} else {
+			res->kind = DLSHIM_OPEN_PASS;
+			jb->st.passthrough++;
+		}
 		return;
 	}
 	serve(e, jb, served, res);

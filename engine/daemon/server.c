@@ -365,12 +365,19 @@ static int scan_cb(void *ctx, const char *path, const struct stat *st, const cha
 	/* A label group holds files of one directory (dir) or root (any) and
 	 * one extension: a stray README.txt never stands in for an image, and
 	 * a group's epoch is not held open by files the program never asks
-	 * for. Hidden files belong to no group: they are always served as is. */
+	 * for. */
 	const char *slash = strrchr(path, '/');
 	const char *base = slash ? slash + 1 : path;
 	const char *dot = strrchr(base, '.');
 	const char *ext = (dot && dot != base) ? dot : "";
-	if (base[0] != '.') {
+	if (base[0] == '.') {
+		/* A hidden file is a group of its own: never a stand-in, never
+		 * redirected, but still read once per epoch. */
+		size_t pl = strlen(path);
+		s->group = malloc(pl + 8);
+		if (s->group)
+			memcpy(s->group, path, pl), memcpy(s->group + pl, "|hidden", 8);
+	} else {
 		/* Exact mode groups like any: only for per-group epoch counting. */
 		size_t dl = a->mode == DLSHIM_REDIRECT_DIR ? (size_t)(slash ? slash - path : 0) : strlen(root);
 		size_t el = strlen(ext);
