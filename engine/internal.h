@@ -80,6 +80,10 @@ struct job {
 	uint32_t njg;
 	uint32_t max_epoch;  /* highest group epoch started */
 	int rescan_due;      /* a new epoch started: look for files added meanwhile */
+	/* Stats at the start of each epoch (ring of the last EPOCH_HIST). */
+#define EPOCH_HIST 64
+	struct dlshim_job_stats hist[EPOCH_HIST];
+	uint64_t hist_waste[EPOCH_HIST];
 	struct remap *remaps;
 	struct dlshim_job_stats st;
 };

@@ -190,6 +190,37 @@ int dlshim_engine_job_rescan_due(struct dlshim_engine *e, int j)
 	return 1;
 }
 
+uint32_t dlshim_engine_job_epoch_current(struct dlshim_engine *e, int j)
+{
+	return (j >= 0 && j < e->njobs) ? e->jobs[j].max_epoch : 0;
+}
+
+int dlshim_engine_job_epoch_stats(struct dlshim_engine *e, int j, uint32_t epoch, struct dlshim_epoch_stats *out)
+{
+	if (j < 0 || j >= e->njobs)
+		return -1;
+	struct job *jb = &e->jobs[j];
+	/* Epoch n runs from the snapshot taken when it started (n-1 for the
+	 * first, which starts with the job at zero) to the next one, or now. */
+	if (epoch > jb->max_epoch || epoch + EPOCH_HIST <= jb->max_epoch)
+		return -1;
+	struct dlshim_job_stats zero;
+	memset(&zero, 0, sizeof(zero));
+	const struct dlshim_job_stats *a = epoch ? &jb->hist[epoch % EPOCH_HIST] : &zero;
+	const struct dlshim_job_stats *b = epoch < jb->max_epoch ? &jb->hist[(epoch + 1) % EPOCH_HIST] : &jb->st;
+	uint64_t wa = epoch ? jb->hist_waste[epoch % EPOCH_HIST] : 0;
+	uint64_t wb = epoch < jb->max_epoch ? jb->hist_waste[(epoch + 1) % EPOCH_HIST] : e->cs.waste_bytes;
+	out->epoch = epoch;
+	out->complete = epoch < jb->max_epoch;
+	out->requests = b->requests - a->requests;
+	out->redirects = b->redirects - a->redirects;
+	out->chunk_loads = b->chunk_loads - a->chunk_loads;
+	out->bytes_from_disk = b->bytes_from_disk - a->bytes_from_disk;
+	out->bytes_consumed = b->bytes_consumed - a->bytes_consumed;
+	out->waste_bytes = wb - wa;
+	return 0;
+}
+
 int dlshim_engine_job_has_dataset(struct dlshim_engine *e, int j)
 {
 	return j >= 0 && j < e->njobs && e->jobs[j].has_dataset;
@@ -277,6 +308,8 @@ void eng_group_rollover(struct dlshim_engine *e, struct job *jb, uint32_t gid)
 	 * the job's roots so files added meanwhile take part. */
 	jb->max_epoch = jb->jg[gid].epoch;
 	jb->rescan_due = 1;
+	jb->hist[jb->max_epoch % EPOCH_HIST] = jb->st;
+	jb->hist_waste[jb->max_epoch % EPOCH_HIST] = e->cs.waste_bytes;
 	for (uint32_t g = 0; g < jb->njg && g < e->ngroups; g++) {
 		struct jgroup *x = &jb->jg[g];
 		if (g != gid && x->size && x->cons >= x->size && x->epoch < jb->max_epoch)

@@ -40,7 +40,7 @@ static void job_obj(struct out *o, int j)
 	    "{\"job\":\"%s\",\"live\":%s,\"sessions\":%d,\"requests\":%llu,\"hits\":%llu,\"misses\":%llu,"
 	    "\"waits\":%llu,\"passthrough\":%llu,\"bytes_from_cache\":%llu,\"bytes_from_disk\":%llu,"
 	    "\"bytes_passthrough\":%llu,\"epochs\":%llu,\"files_loaded\":%llu,\"evictions\":%llu,"
-	    "\"redirects\":%llu,\"chunk_loads\":%llu,\"loads_ahead\":%llu,\"bytes_consumed\":%llu,\"io_efficiency\":%.4f}",
+	    "\"redirects\":%llu,\"chunk_loads\":%llu,\"loads_ahead\":%llu,\"bytes_consumed\":%llu,\"io_efficiency\":%.4f",
 	    dlshim_engine_job_name(D.eng, j), dlshim_engine_job_live(D.eng, j) ? "true" : "false", job_sessions(j),
 	    (unsigned long long)st.requests, (unsigned long long)st.hits, (unsigned long long)st.misses,
 	    (unsigned long long)st.waits, (unsigned long long)st.passthrough,
@@ -51,6 +51,22 @@ static void job_obj(struct out *o, int j)
 	    (unsigned long long)st.loads_ahead,
 	    (unsigned long long)st.bytes_consumed,
 	    st.bytes_from_disk ? (double)st.bytes_consumed / (double)st.bytes_from_disk : 0.0);
+	/* Per epoch: what the cache and redirection did (the last 64). */
+	put(o, ",\"per_epoch\":[");
+	uint32_t cur = dlshim_engine_job_epoch_current(D.eng, j);
+	struct dlshim_epoch_stats es;
+	for (uint32_t n = cur >= 63 ? cur - 63 : 0; n <= cur; n++) {
+		if (dlshim_engine_job_epoch_stats(D.eng, j, n, &es) < 0)
+			continue;
+		put(o, "%s{\"epoch\":%u,\"complete\":%s,\"requests\":%llu,\"redirects\":%llu,\"chunk_loads\":%llu,"
+		       "\"bytes_from_disk\":%llu,\"bytes_consumed\":%llu,\"waste_bytes\":%llu,\"io_efficiency\":%.4f}",
+		    n == (cur >= 63 ? cur - 63 : 0) ? "" : ",", es.epoch, es.complete ? "true" : "false",
+		    (unsigned long long)es.requests, (unsigned long long)es.redirects, (unsigned long long)es.chunk_loads,
+		    (unsigned long long)es.bytes_from_disk, (unsigned long long)es.bytes_consumed,
+		    (unsigned long long)es.waste_bytes,
+		    es.bytes_from_disk ? (double)es.bytes_consumed / (double)es.bytes_from_disk : 0.0);
+	}
+	put(o, "]}");
 }
 
 size_t stats_json(char *buf, size_t cap, int job)

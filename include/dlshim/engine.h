@@ -69,6 +69,13 @@ struct dlshim_job_stats {
 	uint64_t redirects, chunk_loads, bytes_consumed, loads_ahead;
 };
 
+/* One epoch of a job (epochs counted from 0; the last one may be running). */
+struct dlshim_epoch_stats {
+	uint32_t epoch, complete;
+	uint64_t requests, redirects, chunk_loads, bytes_from_disk, bytes_consumed;
+	uint64_t waste_bytes;     /* cache-wide waste during the epoch */
+};
+
 struct dlshim_cache_stats {
 	uint64_t capacity_bytes, used_bytes, items_resident, items_pinned, items_known;
 	uint64_t loads, evictions, stale_reloads, alloc_failures;
@@ -114,6 +121,10 @@ int dlshim_engine_job_has_dataset(struct dlshim_engine *e, int job);
  * the caller should scan the job's roots again and declare new files with
  * job_add_file + job_dataset_done, so files added between epochs join. */
 int dlshim_engine_job_rescan_due(struct dlshim_engine *e, int job);
+/* Statistics of epoch `epoch` of the job (the last 64 are kept); -1 when
+ * unknown. */
+int dlshim_engine_job_epoch_stats(struct dlshim_engine *e, int job, uint32_t epoch, struct dlshim_epoch_stats *out);
+uint32_t dlshim_engine_job_epoch_current(struct dlshim_engine *e, int job);
 const char *dlshim_engine_item_path(struct dlshim_engine *e, uint32_t item);
 uint64_t dlshim_engine_item_size(struct dlshim_engine *e, uint32_t item);
 /* Files per chunk that `auto` picks for the given sizes (exposed for tests). */
