@@ -1,6 +1,7 @@
 /* Loader threads: the only threads that read dataset files. Bounding them
  * bounds concurrent device requests whatever the number of clients. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +72,19 @@ static int do_load(int fd, uint32_t slot, uint64_t size)
 			return -1; /* error or the file shrank: never publish a short item */
 		off += (uint64_t)r;
 	}
+	/* The bytes now live in the shared cache: a second copy in the page
+	 * cache would only take memory from it. */
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	return 0;
+}
+
+/* Start the kernel's reads of a whole batch at once (deep queue), before
+ * the loader threads copy file by file. */
+static void prefetch(const int *fd, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (fd[i] >= 0)
+			posix_fadvise(fd[i], 0, 0, POSIX_FADV_WILLNEED);
 }
 
 static void *loader_main(void *arg)
@@ -118,6 +131,7 @@ void loader_load_ahead(int job, const struct dlshim_open_result *res, const int 
 				close(fds[i]);
 		return;
 	}
+	prefetch(fds, res->nload);
 	a->job = job;
 	a->n = res->nload;
 	atomic_init(&a->remaining, res->nload);
@@ -174,6 +188,8 @@ int loader_load(int fd, uint32_t slot, uint64_t size)
  * them in parallel (the device sees a batch, not one file at a time). */
 void loader_load_batch(const int *fd, const uint32_t *slot, const uint64_t *size, int *rc, uint32_t n)
 {
+	if (n > 1)
+		prefetch(fd, n);
 	struct load_req *r = calloc(n, sizeof(*r));
 	if (r == NULL) {
 		for (uint32_t i = 0; i < n; i++)

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# make bench-redirect: plain PyTorch DataLoader vs the shim in exact mode vs
+# the shim with dir redirect, on the same generated ImageFolder (~100 KB
+# JPEGs, dataset twice the cache), storage throttled with blkio and the page
+# cache held down by a memory cgroup, caches dropped before each run.
+# Results: bench/results/redirect.json, docs/img/redirect.png, docs/bench-redirect.md.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+. bench/cgroup.sh
+PY=/usr/bin/python3
+BUILD=$ROOT/build
+WORK=${BENCH_WORK:-/var/tmp/dlshim-bench}
+FILES=${BENCH_FILES:-3000}
+CLASSES=${BENCH_CLASSES:-10}
+EPOCHS=${BENCH_EPOCHS:-3}
+WORKERS=${BENCH_WORKERS:-2}
+PROFILES=${BENCH_PROFILES:-"network:209715200:500 slow:52428800:500"}
+VARIANTS=${BENCH_VARIANTS:-"plain exact dir"}
+DATA=$WORK/imagefolder-$FILES
+OUT=bench/results
+mkdir -p "$OUT" docs/img "$WORK"
+
+if ! throttle_available; then
+	echo "bench-redirect: cgroup v1 blkio/memory controllers are not writable here;" >&2
+	echo "a benchmark without throttled storage would measure the page cache, not I/O: not running." >&2
+	exit 1
+fi
+if [ ! -d "$DATA" ]; then
+	echo "generating $FILES JPEG files of ~100 KB in $DATA"
+	$PY examples/gen_imagefolder.py --out "$DATA" --classes "$CLASSES" --per-class $((FILES / CLASSES)) --size 100 --seed 7
+fi
+DATASET_BYTES=$(du -sb "$DATA" | cut -f1)
+CACHE=$((DATASET_BYTES / 2))
+DEV=$(dev_of "$DATA")
+# Room for the processes (python + torch, workers) and little else, so the
+# page cache cannot hold the dataset; shim runs get the shim's cache on top
+# (it is shared memory charged to the same group).
+PROC_MEM=${BENCH_PROC_MEM:-314572800}
+echo "dataset $DATASET_BYTES bytes on $DEV; shim cache $CACHE bytes; memory for the processes $PROC_MEM bytes"
+
+results=$OUT/redirect.json
+echo "{\"dataset_bytes\": $DATASET_BYTES, \"files\": $FILES, \"cache_bytes\": $CACHE, \"process_memory\": $PROC_MEM, \"runs\": [" >"$results.tmp"
+first=1
+for prof in $PROFILES; do
+	IFS=: read -r pname bps iops <<<"$prof"
+	for var in $VARIANTS; do
+		cg=dlshim-bench-$$-$pname-$var
+		rt=$(mktemp -d /tmp/dlshim-bench-rt.XXXXXX)
+		rep=$(mktemp /tmp/dlshim-bench-rep.XXXXXX)
+		stats=$rt.stats.json
+		drop_caches
+		mem=$PROC_MEM
+		[ "$var" = plain ] || mem=$((PROC_MEM + CACHE))
+		cg_create "$cg" "$DEV" "$bps" "$iops" "$mem"
+		trap 'cg_destroy "$cg"; rm -rf "$rt"' EXIT
+		env_args=(BENCH_DEV="$DEV")
+		case $var in
+		plain) ;;
+		exact | dir)
+			env_args+=(LD_PRELOAD="$BUILD/libdlshim.so" DLSHIM_ROOTS="$DATA" DLSHIM_CACHE="$CACHE"
+				DLSHIM_RUNTIME_DIR="$rt" DLSHIM_STATS="$stats" DLSHIM_IDLE_EXIT=60
+				DLSHIM_REDIRECT=$([ "$var" = dir ] && echo dir || echo off))
+			;;
+		esac
+		echo "== $pname ($((bps / 1048576)) MB/s, $iops IOPS): $var"
+		t0=$(date +%s%N)
+		cg_run "$cg" env "${env_args[@]}" $PY bench/loader_job.py "$DATA" "$EPOCHS" "$WORKERS" "$rep"
+		t1=$(date +%s%N)
+		total=$(cg_read_bytes "$cg" "$DEV")
+		[ "$var" = plain ] || DLSHIM_RUNTIME_DIR=$rt "$BUILD/dlshim" stop >/dev/null 2>&1 || true
+		cg_destroy "$cg"
+		trap - EXIT
+		[ $first = 1 ] || echo "," >>"$results.tmp"
+		first=0
+		shim_stats=null
+		[ -s "$stats" ] && shim_stats=$(cat "$stats")
+		printf '{"profile": "%s", "bps": %s, "iops": %s, "variant": "%s", "wall_s": %s, "device_bytes": %s, "job": %s, "shim": %s}\n' \
+			"$pname" "$bps" "$iops" "$var" "$(( (t1 - t0) / 1000000000 )).$(printf %03d $(( (t1 - t0) / 1000000 % 1000 )))" "$total" "$(cat "$rep")" "$shim_stats" >>"$results.tmp"
+		rm -rf "$rt" "$rep" "$stats"
+	done
+done
+echo "]}" >>"$results.tmp"
+mv "$results.tmp" "$results"
+$PY bench/plot_redirect.py "$results" docs/img/redirect.png docs/bench-redirect.md
+echo "results: $results, docs/img/redirect.png, docs/bench-redirect.md"
