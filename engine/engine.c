@@ -55,10 +55,16 @@ struct dlshim_engine *dlshim_engine_create(const struct dlshim_engine_opts *o)
 	h->block_size = DLSHIM_BLOCK_SIZE;
 	h->nslots = nslots;
 	h->nblocks = nblocks;
-	h->slots_off = (sizeof(*h) + 63) / 64 * 64;
-	h->next_off = (h->slots_off + nslots * sizeof(struct dlshim_shm_slot) + 63) / 64 * 64;
-	h->data_off = (h->next_off + nblocks * sizeof(uint32_t) + 4095) / 4096 * 4096;
+	struct dlshim_shm_geometry geo;
+	dlshim_shm_geometry(nblocks * DLSHIM_BLOCK_SIZE, &geo);
+	h->slots_off = geo.slots_off;
+	h->next_off = geo.next_off;
+	h->index_off = geo.index_off;
+	h->nindex = geo.nindex;
+	h->data_off = geo.data_off;
 	h->total_size = o->shm_len;
+	e->shidx = (struct dlshim_shm_index *)((uint8_t *)o->shm_base + h->index_off);
+	memset(e->shidx, 0, geo.nindex * sizeof(struct dlshim_shm_index));
 	h->segment_id = random_id(o->seed);
 	e->hdr = h;
 	e->slots = (struct dlshim_shm_slot *)((uint8_t *)o->shm_base + h->slots_off);
@@ -379,11 +385,71 @@ const char *dlshim_engine_job_name(struct dlshim_engine *e, int j)
 int dlshim_engine_job_live(struct dlshim_engine *e, int j) { return j >= 0 && j < e->njobs && e->jobs[j].live; }
 int dlshim_engine_njobs(struct dlshim_engine *e) { return e->njobs; }
 
+/* ---- the shared index (dev, ino) -> slot, for clients' hit path ---------- */
+
+/* Linear probing; deletion shifts later entries back so no tombstones pile
+ * up. A client racing an update may miss an entry (then it asks the
+ * coordinator) but never trusts a wrong one (it checks the slot). */
+static void index_put(struct dlshim_engine *e, uint64_t dev, uint64_t ino, uint32_t slot)
+{
+	uint64_t mask = e->hdr->nindex - 1, i = dlshim_shm_hash(dev, ino) & mask;
+	for (;; i = (i + 1) & mask) {
+		struct dlshim_shm_index *x = &e->shidx[i];
+		if (!atomic_load_explicit(&x->used, memory_order_relaxed) ||
+		    (atomic_load_explicit(&x->dev, memory_order_relaxed) == dev &&
+		     atomic_load_explicit(&x->ino, memory_order_relaxed) == ino)) {
+			atomic_store_explicit(&x->slot, slot, memory_order_relaxed);
+			atomic_store_explicit(&x->dev, dev, memory_order_relaxed);
+			atomic_store_explicit(&x->ino, ino, memory_order_relaxed);
+			atomic_store_explicit(&x->used, 1, memory_order_release);
+			return;
+		}
+	}
+}
+
+static void index_del(struct dlshim_engine *e, uint64_t dev, uint64_t ino)
+{
+	uint64_t mask = e->hdr->nindex - 1, i = dlshim_shm_hash(dev, ino) & mask;
+	for (;; i = (i + 1) & mask) {
+		struct dlshim_shm_index *x = &e->shidx[i];
+		if (!atomic_load_explicit(&x->used, memory_order_relaxed))
+			return;
+		if (atomic_load_explicit(&x->dev, memory_order_relaxed) == dev &&
+		    atomic_load_explicit(&x->ino, memory_order_relaxed) == ino)
+			break;
+	}
+	/* Backward-shift: move later entries of the cluster into the hole when
+	 * their home position allows it. */
+	uint64_t hole = i;
+	for (uint64_t j = (i + 1) & mask;; j = (j + 1) & mask) {
+		struct dlshim_shm_index *y = &e->shidx[j];
+		if (!atomic_load_explicit(&y->used, memory_order_relaxed))
+			break;
+		uint64_t home = dlshim_shm_hash(atomic_load_explicit(&y->dev, memory_order_relaxed),
+						atomic_load_explicit(&y->ino, memory_order_relaxed)) & mask;
+		/* y may fill the hole if its home is not cyclically in (hole, j]. */
+		int in_between = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+		if (in_between)
+			continue;
+		struct dlshim_shm_index *h = &e->shidx[hole];
+		atomic_store_explicit(&h->slot, atomic_load_explicit(&y->slot, memory_order_relaxed), memory_order_relaxed);
+		atomic_store_explicit(&h->dev, atomic_load_explicit(&y->dev, memory_order_relaxed), memory_order_relaxed);
+		atomic_store_explicit(&h->ino, atomic_load_explicit(&y->ino, memory_order_relaxed), memory_order_relaxed);
+		atomic_store_explicit(&h->used, 1, memory_order_release);
+		hole = j;
+	}
+	atomic_store_explicit(&e->shidx[hole].used, 0, memory_order_release);
+}
+
 /* ---- slots and blocks --------------------------------------------------- */
 
 static void slot_free(struct dlshim_engine *e, uint32_t s)
 {
 	struct dlshim_shm_slot *sl = &e->slots[s];
+	if (e->sp[s].indexed) {
+		index_del(e, sl->dev, sl->ino);
+		e->sp[s].indexed = 0;
+	}
 	/* Odd generation first: readers holding the old one now fail validation. */
 	uint64_t g = atomic_load_explicit(&sl->gen, memory_order_relaxed);
 	if (!(g & 1))
@@ -431,6 +497,10 @@ static void item_drop_slot(struct dlshim_engine *e, uint32_t it)
 	x->state = ITEM_ABSENT;
 	eng_group_res_del(e, it);
 	e->cs.items_resident--;
+	if (e->sp[s].indexed) { /* the file changed: no client may find the old bytes */
+		index_del(e, e->slots[s].dev, e->slots[s].ino);
+		e->sp[s].indexed = 0;
+	}
 	if (e->sp[s].pins == 0)
 		slot_free(e, s);
 	else
@@ -615,6 +685,8 @@ uint64_t dlshim_engine_load_done(struct dlshim_engine *e, int j, uint32_t it, in
 	uint64_t g = atomic_load_explicit(&sl->gen, memory_order_relaxed) + 1;
 	atomic_store_explicit(&sl->gen, g, memory_order_release);
 	e->sp[s].gen = g;
+	index_put(e, x->dev, x->ino, s);
+	e->sp[s].indexed = 1;
 	x->state = ITEM_RESIDENT;
 	e->cs.loads++;
 	if (jb) {
@@ -644,6 +716,21 @@ int dlshim_engine_release(struct dlshim_engine *e, int j, uint32_t s, uint64_t g
 	else
 		evict_add(&e->ev, it, e->items[it].refcnt);
 	return 0;
+}
+
+void dlshim_engine_fast_hit(struct dlshim_engine *e, int j, const struct dlshim_file_id *id)
+{
+	if (j < 0 || j >= e->njobs || !e->jobs[j].live)
+		return;
+	struct job *jb = &e->jobs[j];
+	uint32_t it = eng_item_get(e, id);
+	if (it == NONE)
+		return;
+	jb->st.requests++;
+	jb->st.hits++;
+	eng_job_need(e, jb, it);
+	eng_job_consume(e, jb, it);
+	evict_touch(&e->ev, it);
 }
 
 void dlshim_engine_note_pass(struct dlshim_engine *e, int j, uint64_t bytes)

@@ -35,6 +35,7 @@ struct slot_priv {
 	uint32_t pins;
 	uint64_t gen;      /* last published generation */
 	uint8_t used;
+	uint8_t indexed;   /* listed in the shared index */
 };
 
 struct key_node {
@@ -92,6 +93,7 @@ struct dlshim_engine {
 	struct dlshim_shm_header *hdr;
 	struct dlshim_shm_slot *slots;
 	uint32_t *next;
+	struct dlshim_shm_index *shidx;  /* shared index, see shm.h */
 	struct slot_priv *sp;
 	uint32_t *free_slots, nfree_slots;
 	uint32_t *free_blocks, nfree_blocks;

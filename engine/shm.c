@@ -5,24 +5,33 @@
 
 static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-size_t dlshim_shm_layout(uint64_t data_bytes, uint64_t *nslots, uint64_t *nblocks)
+void dlshim_shm_geometry(uint64_t data_bytes, struct dlshim_shm_geometry *g)
 {
 	uint64_t nb = (data_bytes + DLSHIM_BLOCK_SIZE - 1) / DLSHIM_BLOCK_SIZE;
 	if (nb == 0)
 		nb = 1;
-	if (nb > UINT32_MAX - 1)
-		nb = UINT32_MAX - 1;
-	/* Every item takes at least one block, so nblocks slots always suffice. */
-	uint64_t ns = nb;
-	uint64_t off = align_up(sizeof(struct dlshim_shm_header), 64);
-	off += ns * sizeof(struct dlshim_shm_slot);
-	off = align_up(off, 64);
-	off += nb * sizeof(uint32_t);
-	off = align_up(off, 4096);
-	off += nb * DLSHIM_BLOCK_SIZE;
-	*nslots = ns;
-	*nblocks = nb;
-	return (size_t)off;
+	if (nb > UINT32_MAX / 4)
+		nb = UINT32_MAX / 4;
+	/* Every item takes at least one block, so nblocks slots always suffice;
+	 * the index is kept at most half full. */
+	g->nblocks = g->nslots = nb;
+	g->nindex = 1;
+	while (g->nindex < 2 * nb)
+		g->nindex <<= 1;
+	g->slots_off = align_up(sizeof(struct dlshim_shm_header), 64);
+	g->next_off = align_up(g->slots_off + nb * sizeof(struct dlshim_shm_slot), 64);
+	g->index_off = align_up(g->next_off + nb * sizeof(uint32_t), 64);
+	g->data_off = align_up(g->index_off + g->nindex * sizeof(struct dlshim_shm_index), 4096);
+	g->total = g->data_off + nb * DLSHIM_BLOCK_SIZE;
+}
+
+size_t dlshim_shm_layout(uint64_t data_bytes, uint64_t *nslots, uint64_t *nblocks)
+{
+	struct dlshim_shm_geometry g;
+	dlshim_shm_geometry(data_bytes, &g);
+	*nslots = g.nslots;
+	*nblocks = g.nblocks;
+	return (size_t)g.total;
 }
 
 int dlshim_shm_attach(const void *base, size_t len, struct dlshim_shm_view *v)
@@ -47,7 +56,11 @@ int dlshim_shm_attach(const void *base, size_t len, struct dlshim_shm_view *v)
 	if (__builtin_mul_overflow(h->nblocks, (uint64_t)DLSHIM_BLOCK_SIZE, &end) ||
 	    __builtin_add_overflow(end, h->data_off, &end) || end > len)
 		return -1;
-	if (h->slots_off % 8 || h->next_off % 4)
+	if (h->nindex == 0 || (h->nindex & (h->nindex - 1)) ||
+	    __builtin_mul_overflow(h->nindex, (uint64_t)sizeof(struct dlshim_shm_index), &end) ||
+	    __builtin_add_overflow(end, h->index_off, &end) || end > len)
+		return -1;
+	if (h->slots_off % 8 || h->next_off % 4 || h->index_off % 8)
 		return -1;
 	v->base = base;
 	v->len = len;
@@ -56,8 +69,42 @@ int dlshim_shm_attach(const void *base, size_t len, struct dlshim_shm_view *v)
 	v->hdr = h;
 	v->slots = (const struct dlshim_shm_slot *)((const uint8_t *)base + h->slots_off);
 	v->next = (const uint32_t *)((const uint8_t *)base + h->next_off);
+	v->index = (const struct dlshim_shm_index *)((const uint8_t *)base + h->index_off);
+	v->nindex = h->nindex;
 	v->data = (const uint8_t *)base + h->data_off;
 	return 0;
+}
+
+long dlshim_shm_lookup(const struct dlshim_shm_view *v, uint64_t dev, uint64_t ino, uint64_t size, int64_t mtime_ns,
+		       uint64_t *gen)
+{
+	if (v->hdr == NULL || v->nindex == 0)
+		return -1;
+	uint64_t mask = v->nindex - 1, h = dlshim_shm_hash(dev, ino);
+	for (uint64_t k = 0; k <= mask && k < 64; k++) {
+		const struct dlshim_shm_index *e = &v->index[(h + k) & mask];
+		if (!atomic_load_explicit(&e->used, memory_order_acquire))
+			return -1;
+		if (atomic_load_explicit(&e->dev, memory_order_relaxed) != dev ||
+		    atomic_load_explicit(&e->ino, memory_order_relaxed) != ino)
+			continue;
+		uint32_t s = atomic_load_explicit(&e->slot, memory_order_relaxed);
+		if (s >= v->nslots)
+			return -1;
+		/* The entry may be stale or torn: the slot's own identity, read
+		 * under its generation, decides. */
+		const struct dlshim_shm_slot *sl = &v->slots[s];
+		uint64_t g1 = atomic_load_explicit(&sl->gen, memory_order_acquire);
+		if (g1 & 1)
+			return -1;
+		int same = sl->dev == dev && sl->ino == ino && sl->size == size && sl->mtime_ns == mtime_ns;
+		atomic_thread_fence(memory_order_acquire);
+		if (!same || atomic_load_explicit(&sl->gen, memory_order_relaxed) != g1)
+			return -1;
+		*gen = g1;
+		return s;
+	}
+	return -1;
 }
 
 ssize_t dlshim_shm_read(const struct dlshim_shm_view *v, uint32_t slot, uint64_t gen, uint64_t off,

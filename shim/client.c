@@ -431,8 +431,44 @@ static void pool_put(int i, int broken)
 
 /* ---- requests ---- */
 
+/* The hit path: a resident, unchanged file found through the shared index
+ * needs no round trip. Exact mode only (redirect decisions are the
+ * coordinator's), and only once a segment is mapped in this process. */
+static struct route *fast_open(const struct stat *st)
+{
+	pthread_mutex_lock(&pool_mu);
+	struct segment *seg = session_pid == getpid() ? current_seg : NULL;
+	pthread_mutex_unlock(&pool_mu);
+	if (seg == NULL || g_cfg.redirect != DLSHIM_REDIRECT_OFF)
+		return NULL;
+	uint64_t gen;
+	int64_t mt = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+	long s = dlshim_shm_lookup(&seg->view, (uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size, mt,
+				   &gen);
+	if (s < 0)
+		return NULL;
+	struct route *r = route_new();
+	if (r == NULL)
+		return NULL;
+	r->slot = (uint32_t)s;
+	r->gen = gen;
+	r->size = (uint64_t)st->st_size;
+	r->view = &seg->view;
+	r->owner = getpid();
+	r->session = session_id;
+	r->fast = 1;
+	r->dev = (uint64_t)st->st_dev;
+	r->ino = (uint64_t)st->st_ino;
+	r->fsize = (uint64_t)st->st_size;
+	r->mtime_ns = mt;
+	return r;
+}
+
 struct route *client_open(int fd, const struct stat *st)
 {
+	struct route *fr = fast_open(st);
+	if (fr)
+		return fr;
 	int c = pool_get();
 	if (c < 0)
 		return NULL;
@@ -448,7 +484,11 @@ struct route *client_open(int fd, const struct stat *st)
 		char raw[sizeof(struct dlshim_msg_hdr) + 512];
 	} b;
 	int sfd = -1;
-	if (send_msg(cfd, DLSHIM_MSG_OPEN, &o, sizeof(o), -1) < 0 ||
+	/* In exact mode an OPEN that reaches the coordinator is most likely a
+	 * miss (hits are found in the shared index): send our descriptor along
+	 * to save the NEED_FD round trip. */
+	int pass = g_cfg.redirect == DLSHIM_REDIRECT_OFF ? fd : -1;
+	if (send_msg(cfd, DLSHIM_MSG_OPEN, &o, sizeof(o), pass) < 0 ||
 	    recv_msg(cfd, &b, sizeof(b), DLSHIM_MSG_OPEN_R, &sfd) != sizeof(b.r))
 		goto broken;
 	if (b.r.status == DLSHIM_OPEN_R_NEED_FD) {
@@ -500,15 +540,30 @@ broken:
 }
 
 static void release_msg(uint32_t slot, uint64_t gen, uint64_t bytes_cache, uint64_t bytes_pass);
+static void send_release(const struct dlshim_msg_release *m);
 
 void client_release_slot(uint32_t slot, uint64_t gen) { release_msg(slot, gen, 0, 0); }
 
 void client_release(const struct route *r, uint64_t bytes_cache, uint64_t bytes_pass)
 {
-	release_msg(r->slot, r->gen, bytes_cache, bytes_pass);
+	if (!r->fast) {
+		release_msg(r->slot, r->gen, bytes_cache, bytes_pass);
+		return;
+	}
+	struct dlshim_msg_release m = {.slot = UINT32_MAX, .bytes_cache = bytes_cache, .bytes_pass = bytes_pass,
+				       .dev = r->dev, .ino = r->ino, .size = r->fsize, .mtime_ns = r->mtime_ns,
+				       .flags = DLSHIM_RELEASE_F_FAST};
+	send_release(&m);
 }
 
 static void release_msg(uint32_t slot, uint64_t gen, uint64_t bytes_cache, uint64_t bytes_pass)
+{
+	struct dlshim_msg_release m = {
+		.item = 0, .slot = slot, .gen = gen, .bytes_cache = bytes_cache, .bytes_pass = bytes_pass};
+	send_release(&m);
+}
+
+static void send_release(const struct dlshim_msg_release *m)
 {
 	/* Do not start or spawn a coordinator just to release. */
 	pthread_mutex_lock(&pool_mu);
@@ -519,9 +574,7 @@ static void release_msg(uint32_t slot, uint64_t gen, uint64_t bytes_cache, uint6
 	int c = pool_get();
 	if (c < 0)
 		return;
-	struct dlshim_msg_release m = {
-		.item = 0, .slot = slot, .gen = gen, .bytes_cache = bytes_cache, .bytes_pass = bytes_pass};
-	int bad = send_msg(pool[c].fd, DLSHIM_MSG_RELEASE, &m, sizeof(m), -1) < 0;
+	int bad = send_msg(pool[c].fd, DLSHIM_MSG_RELEASE, m, sizeof(*m), -1) < 0;
 	pool_put(c, bad);
 }
 

@@ -38,6 +38,9 @@ struct route {
 	uint64_t size;
 	const struct dlshim_shm_view *view;
 	pid_t owner;                   /* process whose session holds the pin */
+	int fast;                      /* found through the shared index: no pin, report at close */
+	uint64_t dev, ino, fsize;      /* the file (reported with a fast hit) */
+	int64_t mtime_ns;
 	uint64_t session;              /* that session's id */
 	atomic_ullong bytes_cache, bytes_pass;
 	atomic_flag cur_lock;          /* guards cur; readers that miss it skip the cursor */

@@ -63,10 +63,10 @@ void dlog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)))
 /* server.c */
 void *conn_thread(void *arg);
 
-/* loader.c: read `size` bytes of `fd` into the slot; 0 or -1. Blocks the
- * caller until one of the loader threads has done it. */
+/* loader.c: read `size` bytes of `fd` into the slot being loaded, in the
+ * calling thread (a single file: no hand-off); 0 or -1. */
 int loader_start(int nthreads);
-int loader_load(int fd, uint32_t slot, uint64_t size);
+int loader_load_now(int fd, uint32_t slot, uint64_t size);
 /* Load res->load_item[] in the background (each pinned for the loader);
  * published and released when all are read. Takes ownership of fds. */
 void loader_load_ahead(int job, const struct dlshim_open_result *res, const int *fds);

@@ -162,7 +162,7 @@ static int load_from(int fd, const struct dlshim_msg_open *o, uint32_t slot)
 	    (uint64_t)st.st_ino != o->ino || (uint64_t)st.st_size != o->size ||
 	    (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec != o->mtime_ns)
 		return -1;
-	return loader_load(fd, slot, o->size);
+	return loader_load_now(fd, slot, o->size);
 }
 
 /* Open a catalog file by path for loading or for handing to a client,
@@ -238,7 +238,7 @@ static void start_ahead(struct conn *c, const struct dlshim_open_result *res)
 	loader_load_ahead(c->s->job, res, fds);
 }
 
-static int handle_open(struct conn *c, const struct dlshim_msg_open *o)
+static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd)
 {
 	struct dlshim_file_id id = {o->dev, o->ino, o->size, o->mtime_ns};
 	static __thread struct dlshim_open_result res;
@@ -260,13 +260,17 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o)
 	pthread_mutex_unlock(&D.mu);
 
 	if (res.kind == DLSHIM_OPEN_LOAD) {
-		r.status = DLSHIM_OPEN_R_NEED_FD;
-		int ok = reply(c, DLSHIM_MSG_OPEN_R, &r, sizeof(r), -1) == 0;
-		int fd = -1;
-		struct dlshim_msg_hdr h;
-		uint64_t tmp[8];
-		if (ok)
-			ok = receive(c, tmp, sizeof(tmp), &h, &fd) == 0 && h.type == DLSHIM_MSG_LOADFD && fd >= 0;
+		/* The client's own descriptor: sent with the OPEN, or asked for. */
+		int fd = ofd, ok = 1;
+		ofd = -1;
+		if (fd < 0) {
+			r.status = DLSHIM_OPEN_R_NEED_FD;
+			ok = reply(c, DLSHIM_MSG_OPEN_R, &r, sizeof(r), -1) == 0;
+			struct dlshim_msg_hdr h;
+			uint64_t tmp[8];
+			if (ok)
+				ok = receive(c, tmp, sizeof(tmp), &h, &fd) == 0 && h.type == DLSHIM_MSG_LOADFD && fd >= 0;
+		}
 		if (ok)
 			ok = load_from(fd, o, res.slot) == 0;
 		if (fd >= 0)
@@ -283,7 +287,10 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o)
 		pthread_cond_broadcast(&D.loaded);
 		pthread_mutex_unlock(&D.mu);
 		r.status = DLSHIM_OPEN_R_PASS;
-	} else if (res.nload > 0 && res.ahead) {
+	}
+	if (ofd >= 0)
+		close(ofd);
+	if (res.nload > 0 && res.ahead) {
 		/* handled after the reply */
 	} else if (res.nload > 0) {
 		uint64_t gen = load_chunk(c, &res, res.kind == DLSHIM_OPEN_LOAD_CHUNK ? res.item : UINT32_MAX);
@@ -482,10 +489,16 @@ static int handle_dataset(struct conn *c, const void *payload, long len)
 static void handle_release(struct conn *c, const struct dlshim_msg_release *m)
 {
 	pthread_mutex_lock(&D.mu);
-	if (m->slot == UINT32_MAX || session_drop_pin(c->s, m->slot, m->gen) == 0)
+	if (m->flags & DLSHIM_RELEASE_F_FAST) {
+		/* A hit the client served through the shared index: no pin. */
+		struct dlshim_file_id id = {m->dev, m->ino, m->size, m->mtime_ns};
+		dlshim_engine_fast_hit(D.eng, c->s->job, &id);
+		dlshim_engine_release(D.eng, c->s->job, UINT32_MAX, 0, m->bytes_cache, m->bytes_pass);
+	} else if (m->slot == UINT32_MAX || session_drop_pin(c->s, m->slot, m->gen) == 0) {
 		dlshim_engine_release(D.eng, c->s->job, m->slot, m->gen, m->bytes_cache, m->bytes_pass);
-	else
+	} else {
 		dlog(DLSHIM_LOG_WARN, "pid %u released a pin it does not hold (slot %u)", c->s->pid, m->slot);
+	}
 	pthread_mutex_unlock(&D.mu);
 }
 
@@ -534,15 +547,12 @@ void *conn_thread(void *arg)
 		long n = receive(c, buf, sizeof(buf), &h, &fd);
 		if (n < 0)
 			break;
-		if (fd >= 0) {
-			close(fd); /* descriptors only travel with LOADFD, handled in handle_open */
-			fd = -1;
-		}
 		int rc = 0;
 		if (h.type == DLSHIM_MSG_HELLO && c->s == NULL && !c->control) {
 			rc = handle_hello(c, (const struct dlshim_msg_hello *)buf);
 		} else if (h.type == DLSHIM_MSG_OPEN && c->s) {
-			rc = handle_open(c, (const struct dlshim_msg_open *)buf);
+			rc = handle_open(c, (const struct dlshim_msg_open *)buf, fd);
+			fd = -1;
 		} else if (h.type == DLSHIM_MSG_DATASET && c->s) {
 			rc = handle_dataset(c, buf, n);
 		} else if (h.type == DLSHIM_MSG_RELEASE && c->s) {
@@ -562,6 +572,8 @@ void *conn_thread(void *arg)
 			dlog(DLSHIM_LOG_WARN, "dropping client fd %d: unexpected message type %u", c->fd, h.type);
 			rc = -1;
 		}
+		if (fd >= 0)
+			close(fd); /* descriptors travel only with OPEN and LOADFD */
 		if (rc < 0)
 			break;
 	}

@@ -141,7 +141,9 @@ int dlshim_engine_njobs(struct dlshim_engine *e);   /* ids are 0..njobs-1, live 
 void dlshim_engine_open(struct dlshim_engine *e, int job, const struct dlshim_file_id *id,
 			unsigned flags, struct dlshim_open_result *res);
 /* Scatter list covering the bytes of a slot being loaded, starting at item
- * offset `off`. Returns the number of iovecs filled (<= max). */
+ * offset `off`. Returns the number of iovecs filled (<= max). Needs no lock
+ * against other engine calls while the caller holds the slot's LOAD (its
+ * chain does not change until load_done). */
 int dlshim_engine_slot_iov(struct dlshim_engine *e, uint32_t slot, uint64_t off, struct iovec *iov,
 			   int max);
 /* Finish a LOAD: publish on ok (returns the new generation, which the loader
@@ -153,6 +155,9 @@ uint64_t dlshim_engine_load_done(struct dlshim_engine *e, int job, uint32_t item
  * descriptor. A release that matches no pin is ignored and returns -1. */
 int dlshim_engine_release(struct dlshim_engine *e, int job, uint32_t slot, uint64_t gen,
 			  uint64_t bytes_cache, uint64_t bytes_pass);
+/* A client found `id` resident through the shared index and read it
+ * without asking (no pin): account the request, hit and consumption. */
+void dlshim_engine_fast_hit(struct dlshim_engine *e, int job, const struct dlshim_file_id *id);
 /* Account a routed open that the client served without the cache. */
 void dlshim_engine_note_pass(struct dlshim_engine *e, int job, uint64_t bytes);
 

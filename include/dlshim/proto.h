@@ -81,12 +81,18 @@ struct dlshim_msg_open_r {
 	uint64_t size;
 };
 
+#define DLSHIM_RELEASE_F_FAST 1u /* the open was a hit through the shared index: account it */
+
 struct dlshim_msg_release {
 	uint32_t item;
 	uint32_t slot;            /* UINT32_MAX: a routed file read without the cache */
 	uint64_t gen;
 	uint64_t bytes_cache;
 	uint64_t bytes_pass;
+	uint64_t dev, ino, size;  /* the file (for F_FAST) */
+	int64_t mtime_ns;
+	uint32_t flags;
+	uint32_t pad;
 };
 
 /* Followed by the roots (comma-separated, as in DLSHIM_ROOTS), a NUL, the

@@ -5,7 +5,8 @@
  * data addressed by indices, never pointers, so it means the same in every
  * process (LMDB's discipline).
  *
- *   [header][slot table: nslots x struct dlshim_shm_slot][next: nblocks x u32][data blocks]
+ *   [header][slot table: nslots x struct dlshim_shm_slot][next: nblocks x u32]
+ *   [index: nindex x struct dlshim_shm_index][data blocks]
  *
  * A cached item occupies one slot and a chain of fixed-size blocks linked
  * through next[]. Each slot carries a generation that works as a seqlock:
@@ -13,6 +14,12 @@
  * published. A client remembers the generation it was given at open and
  * checks it before and after every copy, so a slot reused underneath it
  * (crashed peer, fork, coordinator restart) can never deliver wrong bytes.
+ *
+ * The index maps (dev, ino) to a slot so that a client can find a resident
+ * file without asking the coordinator (the hit path costs no round trip).
+ * It is written only by the coordinator and may be read torn: a client
+ * trusts a slot only after checking the slot's own identity under its
+ * generation.
  */
 #ifndef DLSHIM_SHM_H
 #define DLSHIM_SHM_H
@@ -23,7 +30,7 @@
 #include <sys/types.h>
 
 #define DLSHIM_SHM_MAGIC 0x31484353484d4c44ULL /* "DLMHSCH1" little-endian */
-#define DLSHIM_SHM_VERSION 1u
+#define DLSHIM_SHM_VERSION 2u
 #define DLSHIM_BLOCK_SIZE (16u * 1024u)
 #define DLSHIM_NO_BLOCK UINT32_MAX
 
@@ -40,7 +47,22 @@ struct dlshim_shm_header {
 	uint64_t data_off;
 	uint64_t total_size;
 	uint64_t segment_id;    /* random per segment: tells a restarted coordinator's segment apart */
+	uint64_t nindex;        /* power of two */
+	uint64_t index_off;
 };
+
+struct dlshim_shm_index {
+	_Atomic uint64_t dev, ino;
+	_Atomic uint32_t slot;
+	_Atomic uint32_t used;  /* 0: empty (ends a probe) */
+};
+
+/* Where everything is in a segment with a data area of `data_bytes`. */
+struct dlshim_shm_geometry {
+	uint64_t nslots, nblocks, nindex;
+	uint64_t slots_off, next_off, index_off, data_off, total;
+};
+void dlshim_shm_geometry(uint64_t data_bytes, struct dlshim_shm_geometry *g);
 
 struct dlshim_shm_slot {
 	_Atomic uint64_t gen;   /* odd: unstable; even: published */
@@ -60,6 +82,8 @@ struct dlshim_shm_view {
 	const struct dlshim_shm_header *hdr;
 	const struct dlshim_shm_slot *slots;
 	const uint32_t *next;
+	const struct dlshim_shm_index *index;
+	uint64_t nindex;
 	const uint8_t *data;
 };
 
@@ -79,6 +103,19 @@ int dlshim_shm_attach(const void *base, size_t len, struct dlshim_shm_view *v);
 /* Size of a segment for a data area of at least `data_bytes`, and the
  * derived counts. */
 size_t dlshim_shm_layout(uint64_t data_bytes, uint64_t *nslots, uint64_t *nblocks);
+
+/* Find the published slot holding exactly this file version (identity,
+ * size and mtime as fstat gives them) without asking the coordinator.
+ * Returns the slot and sets *gen, or -1 (absent, changed, or being reused). */
+long dlshim_shm_lookup(const struct dlshim_shm_view *v, uint64_t dev, uint64_t ino, uint64_t size, int64_t mtime_ns,
+		       uint64_t *gen);
+
+static inline uint64_t dlshim_shm_hash(uint64_t dev, uint64_t ino)
+{
+	uint64_t z = ino * 0x9e3779b97f4a7c15ULL ^ (dev + 0x632be59bd9b4e019ULL);
+	z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ULL;
+	return z ^ (z >> 29);
+}
 
 /* Copy up to `len` bytes at offset `off` of the item in `slot`, which must be
  * published with generation `gen`. Returns the bytes copied (0 at or past
