@@ -32,10 +32,10 @@ DEV=$(dev_of "$DATA")
 THROTTLE=0
 if throttle_available && [ "$(id -u)" = 0 ]; then
 	THROTTLE=1
-	BPS=$((100 * 1048576)) IOPS=500
+	BPS=$((50 * 1048576)) IOPS=300
 	# The jobs' own memory and little else: the page cache cannot keep the dataset.
-	PROC_MEM=${DEMO_PROC_MEM:-$((3 * 230 * 1048576))}
-	echo "demo: storage throttled to 100 MB/s and 500 IOPS (blkio on $DEV), page cache held down by a memory cgroup"
+	PROC_MEM=${DEMO_PROC_MEM:-$((3 * 200 * 1048576))}
+	echo "demo: storage throttled to 50 MB/s and 300 IOPS (a network disk) (blkio on $DEV), page cache held down by a memory cgroup"
 else
 	echo "demo: cgroup v1 blkio/memory not writable here: running on unthrottled storage (the page cache may hide I/O)"
 fi
@@ -116,7 +116,7 @@ PYEOF
 disk_read_bytes() {
 	local name
 	name=$(basename "$(readlink -f /sys/dev/block/$DEV)")
-	awk -v n="$name" '$3 == n { print $6 * 512 }' /proc/diskstats
+	awk -v n="$name" '$3 == n { printf "%.0f\n", $6 * 512 }' /proc/diskstats
 }
 
 trap 'for p in plain dlshim; do cg_destroy dlshim-demo-$$-$p 2>/dev/null; done' EXIT

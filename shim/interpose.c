@@ -25,6 +25,17 @@ ssize_t __pread64_chk(int fd, void *b, size_t n, off64_t o, size_t bl);
 
 /* ---- the routing decision at open ---- */
 
+/* Length of an absolute path with no "//", "/." component or trailing
+ * slash (already normal), or 0. */
+static size_t clean_len(const char *p)
+{
+	size_t i = 0;
+	for (; p[i]; i++)
+		if (p[i] == '/' && (p[i + 1] == '/' || p[i + 1] == '.' || p[i + 1] == 0))
+			return 0;
+	return i;
+}
+
 /* Does this open concern a dataset file? Only read-only opens of paths
  * under a root qualify; everything else is never touched. */
 static int wants_route(int dirfd, const char *path, int flags)
@@ -36,6 +47,10 @@ static int wants_route(int dirfd, const char *path, int flags)
 	char buf[DLSHIM_PATH_MAX], cwd[DLSHIM_PATH_MAX];
 	long n;
 	if (path[0] == '/') {
+		/* Most absolute paths need no normalising: decide on them as they are. */
+		size_t len = clean_len(path);
+		if (len)
+			return dlshim_config_path_routed(&g_cfg, path, len);
 		n = dlshim_path_normalize(NULL, path, buf, sizeof(buf));
 	} else {
 		/* Relative paths cost a getcwd/readlink; absolute ones (the common
