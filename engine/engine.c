@@ -545,6 +545,18 @@ static int slot_alloc(struct dlshim_engine *e, struct job *jb, uint64_t size, ui
 	return 0;
 }
 
+/* Serve resident item `it`: pin its slot for the caller and count a hit. */
+void eng_hit(struct dlshim_engine *e, struct job *jb, uint32_t it, struct dlshim_open_result *res)
+{
+	struct item *x = &e->items[it];
+	eng_pin(e, x->slot);
+	evict_touch(&e->ev, it);
+	res->kind = DLSHIM_OPEN_HIT;
+	res->slot = x->slot;
+	res->gen = e->sp[x->slot].gen;
+	jb->st.hits++;
+}
+
 void eng_pin(struct dlshim_engine *e, uint32_t s)
 {
 	if (e->sp[s].pins++ == 0) {
@@ -598,12 +610,7 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 		return;
 	}
 	if (x->state == ITEM_RESIDENT) {
-		eng_pin(e, x->slot);
-		evict_touch(&e->ev, it);
-		res->kind = DLSHIM_OPEN_HIT;
-		res->slot = x->slot;
-		res->gen = e->sp[x->slot].gen;
-		jb->st.hits++;
+		eng_hit(e, jb, it, res);
 		return;
 	}
 	x->size = id->size;

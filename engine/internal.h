@@ -127,6 +127,7 @@ void eng_job_need(struct dlshim_engine *e, struct job *jb, uint32_t it);
 void eng_job_consume(struct dlshim_engine *e, struct job *jb, uint32_t it);
 int eng_start_load(struct dlshim_engine *e, struct job *jb, uint32_t it);
 void eng_pin(struct dlshim_engine *e, uint32_t slot);
+void eng_hit(struct dlshim_engine *e, struct job *jb, uint32_t it, struct dlshim_open_result *res);
 void eng_group_res_add(struct dlshim_engine *e, uint32_t it);
 void eng_group_res_del(struct dlshim_engine *e, uint32_t it);
 void eng_group_rollover(struct dlshim_engine *e, struct job *jb, uint32_t group);

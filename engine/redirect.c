@@ -422,12 +422,7 @@ static void serve(struct dlshim_engine *e, struct job *jb, uint32_t served, stru
 	res->item = served;
 	res->size = x->size;
 	if (x->state == ITEM_RESIDENT) {
-		eng_pin(e, x->slot);
-		evict_touch(&e->ev, served);
-		res->kind = DLSHIM_OPEN_HIT;
-		res->slot = x->slot;
-		res->gen = e->sp[x->slot].gen;
-		jb->st.hits++;
+		eng_hit(e, jb, served, res);
 		return;
 	}
 	if (x->state == ITEM_LOADING) {
@@ -557,12 +552,7 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_o
 		if (listed) {
 			res->kind = DLSHIM_OPEN_LOAD_CHUNK;
 		} else if (x->state == ITEM_RESIDENT) {
-			eng_pin(e, x->slot);
-			evict_touch(&e->ev, served);
-			res->kind = DLSHIM_OPEN_HIT;
-			res->slot = x->slot;
-			res->gen = e->sp[x->slot].gen;
-			jb->st.hits++;
+			eng_hit(e, jb, served, res);
 		} else {
 			res->kind = DLSHIM_OPEN_PASS;
 			jb->st.passthrough++;

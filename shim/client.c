@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dlshim/packet.h"
 #include "dlshim/proto.h"
 #include "real.h"
 #include "dlshim/rundir.h"
@@ -71,60 +72,30 @@ static int send_msg(int fd, uint16_t type, const void *payload, uint32_t len, in
 	if (len > sizeof(buf) - sizeof(struct dlshim_msg_hdr))
 		return -1;
 	size_t n = dlshim_msg_encode(buf, type, ++seqno, payload, len);
-	struct iovec iov = {buf, n};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-	char ctl[CMSG_SPACE(sizeof(int))];
-	if (pass_fd >= 0) {
-		memset(ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl;
-		mh.msg_controllen = sizeof(ctl);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-	}
-	ssize_t r;
-	do
-		r = sendmsg(fd, &mh, MSG_NOSIGNAL);
-	while (r < 0 && errno == EINTR);
-	return r == (ssize_t)n ? 0 : -1;
+	return dlshim_send_packet(fd, buf, n, pass_fd);
 }
 
 /* Receive one packet into `buf` (aligned); returns payload length or -1.
  * A passed descriptor is returned in *rfd (or closed when rfd is NULL). */
 static long recv_msg(int fd, void *buf, size_t cap, uint16_t want, int *rfd)
 {
-	struct iovec iov = {buf, cap};
-	char ctl[CMSG_SPACE(sizeof(int))];
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
-	ssize_t r;
+	int fds[DLSHIM_PACKET_MAX_FDS], nfds, trunc;
+	ssize_t r = dlshim_recv_packet(fd, buf, cap, fds, &nfds, &trunc);
+	int keep = rfd && nfds > 0 ? fds[0] : -1;
+	for (int i = keep >= 0 ? 1 : 0; i < nfds; i++)
+		real.close(fds[i]);
 	if (rfd)
 		*rfd = -1;
-	do
-		r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-	while (r < 0 && errno == EINTR);
-	if (r <= 0)
-		return -1;
-	int got = -1;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int)))
-			memcpy(&got, CMSG_DATA(c), sizeof(int));
-	if (rfd)
-		*rfd = got;
-	else if (got >= 0)
-		real.close(got);
 	struct dlshim_msg_hdr h;
 	const void *payload;
 	const char *why;
-	if ((mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) || dlshim_msg_decode(buf, (size_t)r, &h, &payload, &why) ||
-	    h.type != want) {
-		if (rfd && *rfd >= 0) {
-			real.close(*rfd);
-			*rfd = -1;
-		}
+	if (r <= 0 || trunc || dlshim_msg_decode(buf, (size_t)r, &h, &payload, &why) || h.type != want) {
+		if (keep >= 0)
+			real.close(keep);
 		return -1;
 	}
+	if (rfd)
+		*rfd = keep;
 	memmove(buf, payload, h.len);
 	return h.len;
 }

@@ -36,19 +36,13 @@ static void write_stderr(const char *s, size_t n)
 	}
 }
 
-void shim_warn(enum warn_cause c, const char *fmt, ...)
+/* One line on stderr: prefix, message, newline; errno untouched. */
+static void emit(const char *prefix, const char *fmt, va_list ap)
 {
-	if (g_cfg.log_level < DLSHIM_LOG_WARN && c != W_CONFIG)
-		return;
-	if (atomic_exchange(&warned[c], 1))
-		return; /* one line per cause per process */
 	int saved = errno;
 	char buf[1024];
-	int n = snprintf(buf, sizeof(buf), "dlshim: warning: ");
-	va_list ap;
-	va_start(ap, fmt);
+	int n = snprintf(buf, sizeof(buf), "%s", prefix);
 	n += vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
-	va_end(ap);
 	if (n > (int)sizeof(buf) - 2)
 		n = (int)sizeof(buf) - 2;
 	buf[n++] = '\n';
@@ -56,22 +50,28 @@ void shim_warn(enum warn_cause c, const char *fmt, ...)
 	errno = saved;
 }
 
+void shim_warn(enum warn_cause c, const char *fmt, ...)
+{
+	if (g_cfg.log_level < DLSHIM_LOG_WARN && c != W_CONFIG)
+		return;
+	if (atomic_exchange(&warned[c], 1))
+		return; /* one line per cause per process */
+	va_list ap;
+	va_start(ap, fmt);
+	emit("dlshim: warning: ", fmt, ap);
+	va_end(ap);
+}
+
 void shim_debug(const char *fmt, ...)
 {
 	if (g_cfg.log_level < DLSHIM_LOG_DEBUG)
 		return;
-	int saved = errno;
-	char buf[1024];
-	int n = snprintf(buf, sizeof(buf), "dlshim[%d]: ", (int)getpid());
+	char prefix[32];
+	snprintf(prefix, sizeof(prefix), "dlshim[%d]: ", (int)getpid());
 	va_list ap;
 	va_start(ap, fmt);
-	n += vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+	emit(prefix, fmt, ap);
 	va_end(ap);
-	if (n > (int)sizeof(buf) - 2)
-		n = (int)sizeof(buf) - 2;
-	buf[n++] = '\n';
-	write_stderr(buf, (size_t)n);
-	errno = saved;
 }
 
 int rundir_self_dir(char *out, size_t len)

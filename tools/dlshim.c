@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "dlshim/config.h"
+#include "dlshim/packet.h"
 #include "dlshim/proto.h"
 #include "dlshim/rundir.h"
 
@@ -50,20 +51,14 @@ static long request(int fd, uint16_t type, const void *p, uint32_t len, uint16_t
 {
 	char out[sizeof(struct dlshim_msg_hdr) + 512];
 	size_t n = dlshim_msg_encode(out, type, 1, p, len);
-	if (send(fd, out, n, MSG_NOSIGNAL) != (ssize_t)n)
+	if (dlshim_send_packet(fd, out, n, -1) < 0)
 		return -1;
-	char ctl[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = {reply_buf, sizeof(reply_buf)};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
-	ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-	if (r <= 0)
+	int fds[DLSHIM_PACKET_MAX_FDS], nfds, trunc;
+	ssize_t r = dlshim_recv_packet(fd, reply_buf, sizeof(reply_buf) - 1, fds, &nfds, &trunc);
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]); /* the CLI never maps the cache */
+	if (r <= 0 || trunc)
 		return -1;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_type == SCM_RIGHTS) {
-			int f;
-			memcpy(&f, CMSG_DATA(c), sizeof(int));
-			close(f); /* the CLI never maps the cache */
-		}
 	struct dlshim_msg_hdr h;
 	const void *payload;
 	const char *why;

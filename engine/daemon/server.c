@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "dlshim/packet.h"
 #include "dlshim/proto.h"
 #include "dlshim/scan.h"
 
@@ -26,24 +27,7 @@ static int reply(struct conn *c, uint16_t type, const void *p, uint32_t len, int
 	if (len > DLSHIM_MSG_MAX)
 		return -1;
 	size_t n = dlshim_msg_encode(buf, type, c->seq, p, len);
-	struct iovec iov = {buf, n};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-	char ctl[CMSG_SPACE(sizeof(int))];
-	if (pass_fd >= 0) {
-		memset(ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl;
-		mh.msg_controllen = sizeof(ctl);
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
-	}
-	ssize_t r;
-	do
-		r = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
-	while (r < 0 && errno == EINTR);
-	return r == (ssize_t)n ? 0 : -1;
+	return dlshim_send_packet(c->fd, buf, n, pass_fd);
 }
 
 /* Receive one request. Returns the payload length, -1 on EOF/error, -2 on
@@ -51,35 +35,21 @@ static int reply(struct conn *c, uint16_t type, const void *p, uint32_t len, int
 static long receive(struct conn *c, void *buf, size_t cap, struct dlshim_msg_hdr *h, int *rfd)
 {
 	char raw[sizeof(struct dlshim_msg_hdr) + 1024];
-	struct iovec iov = {raw, sizeof(raw)};
-	char ctl[CMSG_SPACE(sizeof(int) * 4)];
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
-	*rfd = -1;
-	ssize_t n;
-	do
-		n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	if (n <= 0)
+	int fds[DLSHIM_PACKET_MAX_FDS], nfds, trunc;
+	ssize_t n = dlshim_recv_packet(c->fd, raw, sizeof(raw), fds, &nfds, &trunc);
+	*rfd = nfds > 0 ? fds[0] : -1;
+	for (int i = 1; i < nfds; i++)
+		close(fds[i]); /* more descriptors than any request carries */
+	if (n <= 0) {
+		if (*rfd >= 0)
+			close(*rfd);
+		*rfd = -1;
 		return -1;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < k; i++) {
-			int f;
-			memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-			if (*rfd < 0)
-				*rfd = f;
-			else
-				close(f); /* more descriptors than any request carries */
-		}
 	}
 	const void *payload;
-	const char *why;
-	if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || dlshim_msg_decode(raw, (size_t)n, h, &payload, &why) ||
-	    h->len > cap) {
-		dlog(DLSHIM_LOG_WARN, "dropping client fd %d: malformed message (%s)", c->fd,
-		     (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? "truncated" : why);
+	const char *why = "truncated";
+	if (trunc || dlshim_msg_decode(raw, (size_t)n, h, &payload, &why) || h->len > cap) {
+		dlog(DLSHIM_LOG_WARN, "dropping client fd %d: malformed message (%s)", c->fd, why);
 		if (*rfd >= 0)
 			close(*rfd);
 		*rfd = -1;
