@@ -113,6 +113,12 @@ ssize_t route_read(struct route *r, uint64_t off, void *buf, size_t len)
 	return n;
 }
 
+/* fork: the child must not inherit fdt_mu held by a thread that does not
+ * exist there. */
+void fdt_atfork_prepare(void) { pthread_mutex_lock(&fdt_mu); }
+void fdt_atfork_parent(void) { pthread_mutex_unlock(&fdt_mu); }
+void fdt_atfork_child(void) { pthread_mutex_init(&fdt_mu, NULL); }
+
 /* At exit: release every route this process holds, so its pins and byte
  * counts reach the coordinator before the job's summary is written. */
 void fdt_drop_all(void)

@@ -68,6 +68,9 @@ void route_put(struct route *r);
 /* Copy from the cache; -1 means "read the real descriptor instead". */
 ssize_t route_read(struct route *r, uint64_t off, void *buf, size_t len);
 void fdt_drop_all(void);
+void fdt_atfork_prepare(void);
+void fdt_atfork_parent(void);
+void fdt_atfork_child(void);
 
 /* ---- coordinator client (client.c) ---- */
 

@@ -154,6 +154,7 @@ static void do_init(void)
 	if (g_cfg.peers[0])
 		shim_warn(W_PEERS, "DLSHIM_PEERS is set but multi-node caching is not implemented yet; local cache only");
 	pthread_atfork(client_atfork_prepare, client_atfork_parent, client_atfork_child);
+	pthread_atfork(fdt_atfork_prepare, fdt_atfork_parent, fdt_atfork_child);
 	atexit(at_exit);
 	g_active = 1;
 	g_in_shim--;
