@@ -75,12 +75,17 @@ $(BUILD)/asan/tests/%: tests/unit/%.c $(BUILD)/asan/libdlshim_engine.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -Iengine -o $@ $< $(BUILD)/asan/libdlshim_engine.a -lcmocka -lpthread
 
+# The coordinator under ThreadSanitizer (its threads share the engine).
+$(BUILD)/tsan/dlshimd: $(ENGINE_SRC) $(DAEMON_SRC) $(wildcard include/dlshim/*.h engine/*.h engine/daemon/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -O1 -g -fsanitize=thread -o $@ $(DAEMON_SRC) $(ENGINE_SRC) -lpthread -lunwind
+
 deps:
 	scripts/install-deps.sh
 
 # One closing line "N passed, N failed" for the whole run (tests/run-all.sh).
 test: deps
-	$(MAKE) all $(UNIT_BIN) $(ASAN_UNIT_BIN)
+	$(MAKE) all $(UNIT_BIN) $(ASAN_UNIT_BIN) $(BUILD)/tsan/dlshimd
 	tests/run-all.sh
 
 unit: $(UNIT_BIN)

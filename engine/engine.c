@@ -201,8 +201,8 @@ uint32_t eng_item_get(struct dlshim_engine *e, const struct dlshim_file_id *id)
 	x->size = id->size;
 	x->mtime_ns = id->mtime_ns;
 	x->slot = NONE;
-	x->group = NONE;
-	x->gres_pos = NONE;
+	x->group[0] = x->group[1] = NONE;
+	x->gres_pos[0] = x->gres_pos[1] = NONE;
 	k->key.dev = id->dev;
 	k->key.ino = id->ino;
 	k->item = it;
@@ -240,7 +240,7 @@ void eng_job_need(struct dlshim_engine *e, struct job *jb, uint32_t it)
 		return;
 	bit_set(jb->needed, it);
 	jb->dataset_size++;
-	uint32_t g = e->items[it].group;
+	uint32_t g = e->items[it].group[GKIND(jb)];
 	if (g != NONE && g < jb->njg) {
 		/* A file joining a group whose epoch is complete belongs to the
 		 * next epoch: start it first. */
@@ -267,7 +267,7 @@ void eng_job_consume(struct dlshim_engine *e, struct job *jb, uint32_t it)
 	jb->consumed_count++;
 	jb->st.bytes_consumed += e->items[it].size;
 	refcnt_add(e, it, -1);
-	uint32_t g = e->items[it].group;
+	uint32_t g = e->items[it].group[GKIND(jb)];
 	if (g != NONE && g < jb->njg) {
 		/* Epochs are kept per group: a group whose every file the job
 		 * has read starts its next epoch at once, so RefCnt sees that the
@@ -591,7 +591,7 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 	res->item = it;
 	res->requested = it;
 	res->size = id->size;
-	if (jb->mode != DLSHIM_REDIRECT_OFF && x->group != NONE) {
+	if (jb->mode != DLSHIM_REDIRECT_OFF && x->group[GKIND(jb)] != NONE) {
 		redirect_open(e, j, it, res);
 		return;
 	}

@@ -20,9 +20,11 @@ struct item {
 	int64_t mtime_ns;
 	uint32_t slot;     /* NONE unless loading or resident */
 	uint32_t refcnt;   /* live jobs that still need it this epoch */
-	uint32_t group;    /* label group, NONE when not declared by a redirect job */
-	uint32_t chunk;    /* physical chunk within the group */
-	uint32_t gres_pos; /* position in its group's resident list, NONE if absent */
+	/* Label groups, one per kind: a file belongs to its directory's group
+	 * for `dir` jobs and to its root's for `any` and exact jobs. */
+	uint32_t group[2];    /* NONE when no job of that kind declared it */
+	uint32_t chunk[2];    /* physical chunk within that group */
+	uint32_t gres_pos[2]; /* position in that group's resident list, NONE if absent */
 	uint32_t ext;      /* hash of the name extension */
 	uint8_t state;
 	uint8_t hidden;    /* name starts with '.': never a redirect target */
@@ -46,10 +48,13 @@ struct key_node {
 	UT_hash_handle hh;
 };
 
+enum { GK_DIR = 0, GK_ROOT = 1 };
+
 /* A label group: files that may stand in for one another. */
 struct group {
 	char *key;
 	uint32_t id;
+	int kind;                    /* GK_DIR or GK_ROOT */
 	uint32_t *items, n, cap;     /* members; sorted by inode once cut */
 	uint32_t nchunks, k;         /* chunk c = items[c*k .. c*k+k) */
 	uint32_t *res, nres, rescap; /* members loading or resident */
@@ -76,6 +81,7 @@ struct job {
 	uint64_t dataset_size, consumed_count;
 	int has_dataset;
 	uint64_t declared;   /* files declared with add_file/add_item */
+	uint32_t *pend_item, *pend_group, npend, pend_cap; /* add_file before dataset_done */
 	enum dlshim_redirect mode;
 	struct jgroup *jg;
 	uint32_t njg;
@@ -116,6 +122,10 @@ struct dlshim_engine {
 	uint64_t pinned_slots;
 	struct dlshim_cache_stats cs;
 };
+
+struct job;
+/* Which of an item's groups a job uses. */
+#define GKIND(jb) ((jb)->mode == DLSHIM_REDIRECT_DIR ? GK_DIR : GK_ROOT)
 
 static inline int bit_get(const uint64_t *b, uint32_t i) { return (b[i / 64] >> (i % 64)) & 1; }
 static inline void bit_set(uint64_t *b, uint32_t i) { b[i / 64] |= 1ULL << (i % 64); }

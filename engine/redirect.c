@@ -100,20 +100,57 @@ uint32_t dlshim_engine_job_add_file(struct dlshim_engine *e, int j, const struct
 		x->ext = ext_hash(path);
 		x->hidden = (uint8_t)is_hidden(path);
 	}
-	if (group && x->group == NONE) {
-		/* The first declaration of a file fixes its group. */
+	/* Which group a file joins depends on the job's mode, known only at
+	 * dataset_done: remember the pair until then. */
+	uint32_t gid = NONE;
+	if (group) {
 		struct group *g = group_get(e, group);
-		if (g && push(&g->items, &g->n, &g->cap, it) == 0) {
-			x->group = g->id;
-			g->dirty = 1;
-			if (x->state != ITEM_ABSENT)
-				eng_group_res_add(e, it);
-		}
+		if (g)
+			gid = g->id;
 	}
-	if (x->group != NONE && job_groups_reserve(jb, e->ngroups))
-		return it;
-	eng_job_need(e, jb, it);
+	if (jb->npend == jb->pend_cap) {
+		uint32_t cap = jb->pend_cap ? jb->pend_cap * 2 : 1024;
+		uint32_t *a = realloc(jb->pend_item, cap * sizeof(uint32_t));
+		if (a == NULL)
+			return it;
+		jb->pend_item = a;
+		uint32_t *b = realloc(jb->pend_group, cap * sizeof(uint32_t));
+		if (b == NULL)
+			return it;
+		jb->pend_group = b;
+		jb->pend_cap = cap;
+	}
+	jb->pend_item[jb->npend] = it;
+	jb->pend_group[jb->npend] = gid;
+	jb->npend++;
+	jb->declared++;
 	return it;
+}
+
+/* Attach the files declared since the last dataset_done to their groups of
+ * the job's kind, and to the job's dataset. */
+static void attach_pending(struct dlshim_engine *e, struct job *jb)
+{
+	int kind = GKIND(jb);
+	for (uint32_t i = 0; i < jb->npend; i++) {
+		uint32_t it = jb->pend_item[i], gid = jb->pend_group[i];
+		struct item *x = &e->items[it];
+		if (gid != NONE && x->group[kind] == NONE) {
+			/* The first declaration of a file fixes its group of a kind. */
+			struct group *g = e->groups[gid];
+			if (g->n == 0)
+				g->kind = kind;
+			if (g->kind == kind && push(&g->items, &g->n, &g->cap, it) == 0) {
+				x->group[kind] = gid;
+				g->dirty = 1;
+				if (x->state != ITEM_ABSENT)
+					eng_group_res_add(e, it);
+			}
+		}
+		if (job_groups_reserve(jb, e->ngroups) == 0)
+			eng_job_need(e, jb, it);
+	}
+	jb->npend = 0;
 }
 
 uint32_t dlshim_chunk_auto(uint64_t cache_bytes, uint32_t ngroups, uint64_t mean_file_bytes)
@@ -168,7 +205,7 @@ void redirect_cut_groups(struct dlshim_engine *e, uint32_t chunk)
 		gr->k = e->chunk_k ? e->chunk_k : 1;
 		gr->nchunks = (gr->n + gr->k - 1) / gr->k;
 		for (uint32_t i = 0; i < gr->n; i++)
-			e->items[gr->items[i]].chunk = i / gr->k;
+			e->items[gr->items[i]].chunk[gr->kind] = i / gr->k;
 		gr->dirty = 0;
 	}
 }
@@ -179,6 +216,7 @@ void dlshim_engine_job_dataset_done(struct dlshim_engine *e, int j, enum dlshim_
 		return;
 	e->jobs[j].has_dataset = 1;
 	e->jobs[j].mode = mode;
+	attach_pending(e, &e->jobs[j]);
 	redirect_cut_groups(e, chunk);
 }
 
@@ -247,6 +285,10 @@ void redirect_job_end(struct dlshim_engine *e, struct job *jb)
 	free(jb->jg);
 	jb->jg = NULL;
 	jb->njg = 0;
+	free(jb->pend_item);
+	free(jb->pend_group);
+	jb->pend_item = jb->pend_group = NULL;
+	jb->npend = jb->pend_cap = 0;
 }
 
 /* ---- group resident lists ---- */
@@ -254,23 +296,27 @@ void redirect_job_end(struct dlshim_engine *e, struct job *jb)
 void eng_group_res_add(struct dlshim_engine *e, uint32_t it)
 {
 	struct item *x = &e->items[it];
-	if (x->group == NONE || x->gres_pos != NONE)
-		return;
-	struct group *g = e->groups[x->group];
-	if (push(&g->res, &g->nres, &g->rescap, it) == 0)
-		x->gres_pos = g->nres - 1;
+	for (int k = 0; k < 2; k++) {
+		if (x->group[k] == NONE || x->gres_pos[k] != NONE)
+			continue;
+		struct group *g = e->groups[x->group[k]];
+		if (push(&g->res, &g->nres, &g->rescap, it) == 0)
+			x->gres_pos[k] = g->nres - 1;
+	}
 }
 
 void eng_group_res_del(struct dlshim_engine *e, uint32_t it)
 {
 	struct item *x = &e->items[it];
-	if (x->group == NONE || x->gres_pos == NONE)
-		return;
-	struct group *g = e->groups[x->group];
-	uint32_t last = g->res[--g->nres];
-	g->res[x->gres_pos] = last;
-	e->items[last].gres_pos = x->gres_pos;
-	x->gres_pos = NONE;
+	for (int k = 0; k < 2; k++) {
+		if (x->group[k] == NONE || x->gres_pos[k] == NONE)
+			continue;
+		struct group *g = e->groups[x->group[k]];
+		uint32_t last = g->res[--g->nres];
+		g->res[x->gres_pos[k]] = last;
+		e->items[last].gres_pos[k] = x->gres_pos[k];
+		x->gres_pos[k] = NONE;
+	}
 }
 
 /* ---- the decision ---- */
@@ -324,7 +370,7 @@ static uint32_t pick(struct dlshim_engine *e, struct job *jb, uint32_t req, int 
 	struct item *rq = &e->items[req];
 	if (rq->state == state && candidate(jb, rq, rq, req))
 		return req;
-	struct group *g = e->groups[rq->group];
+	struct group *g = e->groups[rq->group[GKIND(jb)]];
 	/* Scan from a rotating start so stand-ins do not always come from the
 	 * front of the list. */
 	uint32_t n = g->nres, start = n ? (uint32_t)(jb->st.requests % n) : 0;
@@ -341,7 +387,7 @@ static uint32_t pick(struct dlshim_engine *e, struct job *jb, uint32_t req, int 
 static uint32_t choose_chunk(struct dlshim_engine *e, struct job *jb, uint32_t req)
 {
 	struct item *rq = &e->items[req];
-	struct group *g = e->groups[rq->group];
+	struct group *g = e->groups[rq->group[GKIND(jb)]];
 	uint32_t best = NONE, best_n = 0;
 	for (uint32_t c = 0; c < g->nchunks; c++) {
 		uint32_t n = 0;
@@ -350,7 +396,7 @@ static uint32_t choose_chunk(struct dlshim_engine *e, struct job *jb, uint32_t r
 			uint32_t it = g->items[i];
 			n += e->items[it].state == ITEM_ABSENT && candidate(jb, rq, &e->items[it], it);
 		}
-		if (n > best_n || (n == best_n && n > 0 && c == rq->chunk)) {
+		if (n > best_n || (n == best_n && n > 0 && c == rq->chunk[GKIND(jb)])) {
 			best = c;
 			best_n = n;
 		}
@@ -408,7 +454,7 @@ static uint32_t any_unread(struct dlshim_engine *e, struct job *jb, uint32_t req
 	struct item *rq = &e->items[req];
 	if (candidate(jb, rq, rq, req))
 		return req;
-	struct group *g = e->groups[rq->group];
+	struct group *g = e->groups[rq->group[GKIND(jb)]];
 	for (uint32_t i = 0; i < g->n; i++)
 		if (candidate(jb, rq, &e->items[g->items[i]], g->items[i]))
 			return g->items[i];
@@ -449,7 +495,7 @@ static void serve(struct dlshim_engine *e, struct job *jb, uint32_t served, stru
  * replying. */
 static void load_ahead(struct dlshim_engine *e, struct job *jb, struct item *rq, struct dlshim_open_result *res)
 {
-	struct group *g = e->groups[rq->group];
+	struct group *g = e->groups[rq->group[GKIND(jb)]];
 	uint32_t want = g->k / 2 ? g->k / 2 : 1, have = 0;
 	for (uint32_t k = 0; k < g->nres && have < want; k++) {
 		uint32_t it = g->res[k];
@@ -488,7 +534,7 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_o
 {
 	struct job *jb = &e->jobs[j];
 	struct item *rq = &e->items[req];
-	struct group *g = e->groups[rq->group];
+	struct group *g = e->groups[rq->group[GKIND(jb)]];
 	res->requested = req;
 	if (job_groups_reserve(jb, e->ngroups) < 0 || !bit_get(jb->needed, req)) {
 		/* Not part of this job's declared dataset: serve it exactly. */

@@ -4,6 +4,7 @@
 #define DLSHIM_DAEMON_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 #include <uthash.h>
@@ -46,7 +47,7 @@ struct daemon {
 		uint32_t redirect, chunk;
 	} spec[DLSHIM_ENGINE_MAX_JOBS];
 	time_t started;
-	volatile int stopping;
+	atomic_int stopping;     /* set by a STOP request, read by the accept loop */
 	int listen_fd;
 	int log_fd;
 };

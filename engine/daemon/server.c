@@ -347,24 +347,23 @@ static int scan_cb(void *ctx, const char *path, const struct stat *st, const cha
 	const char *base = slash ? slash + 1 : path;
 	const char *dot = strrchr(base, '.');
 	const char *ext = (dot && dot != base) ? dot : "";
+	/* Keys start with the kind ("d:" directory groups for dir jobs, "r:"
+	 * root groups for any and exact jobs): the same file belongs to one
+	 * group of each kind, and a root that is itself a class directory must
+	 * not make the two kinds share a group. */
+	const char *kind = a->mode == DLSHIM_REDIRECT_DIR ? "d:" : "r:";
 	if (base[0] == '.') {
 		/* A hidden file is a group of its own: never a stand-in, never
 		 * redirected, but still read once per epoch. */
-		size_t pl = strlen(path);
-		s->group = malloc(pl + 8);
-		if (s->group)
-			memcpy(s->group, path, pl), memcpy(s->group + pl, "|hidden", 8);
+		if (asprintf(&s->group, "%s%s|hidden", kind, path) < 0)
+			s->group = NULL;
 	} else {
 		/* Exact mode groups like any: only for per-group epoch counting. */
-		size_t dl = a->mode == DLSHIM_REDIRECT_DIR ? (size_t)(slash ? slash - path : 0) : strlen(root);
-		size_t el = strlen(ext);
-		s->group = malloc(dl + el + 2);
-		if (s->group) {
-			memcpy(s->group, a->mode == DLSHIM_REDIRECT_DIR ? path : root, dl);
-			s->group[dl] = '|';
-			for (size_t i = 0; i <= el; i++) /* lower-case, with the NUL */
-				s->group[dl + 1 + i] = (char)((ext[i] >= 'A' && ext[i] <= 'Z') ? ext[i] + 32 : ext[i]);
-		}
+		int dl = a->mode == DLSHIM_REDIRECT_DIR ? (int)(slash ? slash - path : 0) : (int)strlen(root);
+		if (asprintf(&s->group, "%s%.*s|%s", kind, dl, a->mode == DLSHIM_REDIRECT_DIR ? path : root, ext) < 0)
+			s->group = NULL;
+		for (char *q = s->group ? strrchr(s->group, '|') : NULL; q && *q; q++)
+			*q = (char)((*q >= 'A' && *q <= 'Z') ? *q + 32 : *q); /* extensions compare case-blind */
 	}
 	if (s->path == NULL)
 		return 1;

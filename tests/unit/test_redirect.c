@@ -1393,9 +1393,71 @@ static void test_partial_chunk_loads_handed_over(void **state)
 	rig_free(r);
 }
 
+/* A file belongs to one group of each kind: an exact (root-grouped) job that
+ * declared the files first must not make a dir job redirect across
+ * directories (found by the coordinator's TSan integration run). */
+static void test_group_kinds_do_not_mix(void **state)
+{
+	(void)state;
+	size_t len = 4u << 20;
+	void *mem = aligned_alloc(4096, len);
+	assert_non_null(mem);
+	struct dlshim_engine_opts o = {.shm_base = mem, .shm_len = len, .evict = DLSHIM_EVICT_REFCNT, .seed = 1};
+	struct dlshim_engine *e = dlshim_engine_create(&o);
+	assert_non_null(e);
+	int jx = dlshim_engine_job_attach(e, "exact"), jd = dlshim_engine_job_attach(e, "dir");
+	struct dlshim_file_id ids[16];
+	char path[64], key[64];
+	for (int pass = 0; pass < 2; pass++) {
+		int job = pass ? jd : jx;
+		for (int i = 0; i < 16; i++) {
+			ids[i] = (struct dlshim_file_id){7, 100 + (uint64_t)i, 1000, 5};
+			snprintf(path, sizeof(path), "/r/c%d/f%d.jpg", i % 2, i);
+			if (pass)
+				snprintf(key, sizeof(key), "d:/r/c%d|.jpg", i % 2);
+			else
+				snprintf(key, sizeof(key), "r:/r|.jpg");
+			dlshim_engine_job_add_file(e, job, &ids[i], path, key);
+		}
+		dlshim_engine_job_dataset_done(e, job, pass ? DLSHIM_REDIRECT_DIR : DLSHIM_REDIRECT_OFF, 4);
+	}
+	for (int epoch = 0; epoch < 3; epoch++) {
+		int seen[16] = {0};
+		for (int k = 0; k < 16; k++) {
+			int i = (k * 5 + epoch) % 16;
+			struct dlshim_open_result res;
+			dlshim_engine_open(e, jd, &ids[i], 0, &res);
+			for (uint32_t n = 0; n < res.nload; n++) {
+				uint64_t g = dlshim_engine_load_done(e, jd, res.load_item[n], 1);
+				if (res.load_item[n] == res.item && res.kind == DLSHIM_OPEN_LOAD_CHUNK) {
+					res.gen = g;
+					res.slot = res.load_slot[n];
+					res.kind = DLSHIM_OPEN_HIT;
+				} else {
+					dlshim_engine_release(e, jd, res.load_slot[n], g, 0, 0);
+				}
+			}
+			assert_int_equal(res.kind, DLSHIM_OPEN_HIT);
+			const char *sp = dlshim_engine_item_path(e, res.item);
+			snprintf(path, sizeof(path), "/r/c%d/", i % 2);
+			if (strncmp(sp, path, strlen(path)) != 0)
+				fail_msg("epoch %d: /r/c%d/f%d.jpg served as %s (another directory)", epoch, i % 2, i, sp);
+			uint32_t base = dlshim_engine_find_item(e, 7, 100); /* items were created in order */
+			assert_true(res.item >= base && res.item < base + 16);
+			seen[res.item - base]++;
+			dlshim_engine_release(e, jd, res.slot, res.gen, 0, 0);
+		}
+		for (int i = 0; i < 16; i++)
+			assert_int_equal(seen[i], 1);
+	}
+	dlshim_engine_destroy(e);
+	free(mem);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_group_kinds_do_not_mix),
 		cmocka_unit_test_teardown(test_permutation_single_job, teardown),
 		cmocka_unit_test_teardown(test_permutation_deferred_and_reopen, teardown),
 		cmocka_unit_test_teardown(test_permutation_two_jobs, teardown),
