@@ -85,7 +85,7 @@ deps:
 
 # One closing line "N passed, N failed" for the whole run (tests/run-all.sh).
 test: deps
-	$(MAKE) all $(UNIT_BIN) $(ASAN_UNIT_BIN) $(BUILD)/tsan/dlshimd
+	$(MAKE) all $(UNIT_BIN) $(ASAN_UNIT_BIN) $(BUILD)/tsan/dlshimd $(FUZZ_REPLAY_BIN)
 	tests/run-all.sh
 
 unit: $(UNIT_BIN)
@@ -117,3 +117,40 @@ lint:
 
 clean:
 	rm -rf $(BUILD)
+# ---- fuzzing (tests/fuzz): libFuzzer targets built with clang into build/fuzz/,
+# and a gcc + ASan/UBSan replay of the seed corpora (no libFuzzer) in build/asan/fuzz/
+FUZZ_SECONDS ?= 60
+FUZZ_CC ?= clang
+FUZZ_TARGETS := proto config
+FUZZ_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+FUZZ_REPLAY_BIN := $(FUZZ_TARGETS:%=$(BUILD)/asan/fuzz/replay_%)
+FUZZ_CFLAGS := -std=gnu11 -g -O1 -Wall -Wextra -Iinclude -D_GNU_SOURCE -fno-omit-frame-pointer \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+.PHONY: fuzz fuzz-build fuzz-replay
+
+$(BUILD)/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c engine/proto.c include/dlshim/proto.h
+$(BUILD)/fuzz/fuzz_config: tests/fuzz/fuzz_config.c engine/config.c include/dlshim/config.h
+$(FUZZ_BIN):
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^)
+fuzz-build: $(FUZZ_BIN)
+# Each target for FUZZ_SECONDS from the seed corpus; new inputs go to
+# build/fuzz/corpus-<t>/, crashes to build/fuzz/artifacts-<t>/ (make fails).
+fuzz: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+		mkdir -p $(BUILD)/fuzz/corpus-$$t $(BUILD)/fuzz/artifacts-$$t && \
+		echo "== fuzz_$$t for $(FUZZ_SECONDS) s" && \
+		$(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			-artifact_prefix=$(BUILD)/fuzz/artifacts-$$t/ \
+			$(BUILD)/fuzz/corpus-$$t tests/fuzz/corpus/$$t || exit 1; \
+	done
+
+# Only the engine objects a target exercises, so an unrelated engine file cannot break it.
+$(BUILD)/asan/fuzz/replay_proto: tests/fuzz/replay.c tests/fuzz/fuzz_proto.c $(BUILD)/asan/obj/engine/proto.o
+$(BUILD)/asan/fuzz/replay_config: tests/fuzz/replay.c tests/fuzz/fuzz_config.c $(BUILD)/asan/obj/engine/config.o
+$(FUZZ_REPLAY_BIN):
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SAN_FLAGS) -o $@ $^ -lpthread
+# Seeds as they are plus 20000 deterministic mutations of each.
+fuzz-replay: $(FUZZ_REPLAY_BIN)
+	@for t in $(FUZZ_TARGETS); do $(BUILD)/asan/fuzz/replay_$$t -m 20000 tests/fuzz/corpus/$$t || exit 1; done

@@ -10,6 +10,11 @@ int rundir_ensure(const char *dir)
 {
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 		return -1;
+	return rundir_check(dir);
+}
+
+int rundir_check(const char *dir)
+{
 	struct stat st;
 	if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
 		return -1;

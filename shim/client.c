@@ -105,7 +105,9 @@ static long recv_msg(int fd, void *buf, size_t cap, uint16_t want, int *rfd)
 static int connect_sock(void)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	if (rundir_sock_path(g_cfg.runtime_dir, a.sun_path, sizeof(a.sun_path)) < 0)
+	/* Only a private directory of ours can hold our coordinator's socket:
+	 * anyone able to plant one elsewhere would receive our descriptors. */
+	if (rundir_check(g_cfg.runtime_dir) < 0 || rundir_sock_path(g_cfg.runtime_dir, a.sun_path, sizeof(a.sun_path)) < 0)
 		return -1;
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -116,6 +118,12 @@ static int connect_sock(void)
 	while (r < 0 && errno == EINTR);
 	if (r < 0) {
 		real.close(fd);
+		return -1;
+	}
+	struct ucred cr;
+	socklen_t cl = sizeof(cr);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cr.uid != geteuid()) {
+		real.close(fd); /* not our coordinator */
 		return -1;
 	}
 	struct timeval tv = {120, 0}; /* a load on slow storage may take a while; never hang for ever */
@@ -363,7 +371,7 @@ static int pool_get(void)
 	}
 	if (fd < 0) {
 		next_retry = now + 1;
-		if (!ever_connected)
+		if (!ever_connected && !shim_warned(W_SPAWN))
 			shim_warn(W_CONNECT, "cannot reach the coordinator in %s; reading files directly",
 				  g_cfg.runtime_dir);
 		pthread_mutex_unlock(&pool_mu);

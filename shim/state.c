@@ -50,6 +50,8 @@ static void emit(const char *prefix, const char *fmt, va_list ap)
 	errno = saved;
 }
 
+int shim_warned(enum warn_cause c) { return atomic_load(&warned[c]); }
+
 void shim_warn(enum warn_cause c, const char *fmt, ...)
 {
 	if (g_cfg.log_level < DLSHIM_LOG_WARN && c != W_CONFIG)

@@ -34,7 +34,7 @@ static int reply(struct conn *c, uint16_t type, const void *p, uint32_t len, int
  * a malformed packet. `buf` must be 8-byte aligned. */
 static long receive(struct conn *c, void *buf, size_t cap, struct dlshim_msg_hdr *h, int *rfd)
 {
-	char raw[sizeof(struct dlshim_msg_hdr) + 1024];
+	static __thread char raw[sizeof(struct dlshim_msg_hdr) + DLSHIM_MSG_MAX];
 	int fds[DLSHIM_PACKET_MAX_FDS], nfds, trunc;
 	ssize_t n = dlshim_recv_packet(c->fd, raw, sizeof(raw), fds, &nfds, &trunc);
 	*rfd = nfds > 0 ? fds[0] : -1;
@@ -222,7 +222,18 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd)
 		if (res.kind != DLSHIM_OPEN_WAIT)
 			break;
 		flags = DLSHIM_OPEN_F_RETRY;
-		pthread_cond_wait(&D.loaded, &D.mu);
+		/* A loader that never finishes (a stalled client holding a
+		 * NEED_FD) must not hold everyone else: give up after a while and
+		 * let this client read the file itself. */
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 5;
+		if (pthread_cond_timedwait(&D.loaded, &D.mu, &dl) == ETIMEDOUT) {
+			res.kind = DLSHIM_OPEN_PASS;
+			res.item = res.requested;
+			res.nload = 0;
+			break;
+		}
 	}
 	if (res.kind == DLSHIM_OPEN_HIT)
 		session_add_pin(c->s, res.slot, res.gen);
@@ -238,8 +249,13 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd)
 			ok = reply(c, DLSHIM_MSG_OPEN_R, &r, sizeof(r), -1) == 0;
 			struct dlshim_msg_hdr h;
 			uint64_t tmp[8];
+			/* A client that stops answering here would hold everyone
+			 * waiting for this file: 5 s, then the load fails. */
+			struct timeval tv = {5, 0}, none = {0, 0};
+			setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 			if (ok)
 				ok = receive(c, tmp, sizeof(tmp), &h, &fd) == 0 && h.type == DLSHIM_MSG_LOADFD && fd >= 0;
+			setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
 		}
 		if (ok)
 			ok = load_from(fd, o, res.slot) == 0;
