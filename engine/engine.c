@@ -111,6 +111,7 @@ void dlshim_engine_destroy(struct dlshim_engine *e)
 		redirect_job_end(e, &e->jobs[j]);
 		free(e->jobs[j].needed);
 		free(e->jobs[j].consumed);
+		order_free(&e->jobs[j].order);
 	}
 	for (uint32_t i = 0; i < e->nitems; i++)
 		free(e->items[i].path);
@@ -259,10 +260,11 @@ void eng_job_need(struct dlshim_engine *e, struct job *jb, uint32_t it)
 /* The job read `it` this epoch. In exact mode, when every item of its
  * declared dataset has been read, its next epoch starts and it needs them
  * all again (redirect jobs roll over per group, in redirect.c). */
-void eng_job_consume(struct dlshim_engine *e, struct job *jb, uint32_t it)
+void eng_job_consume(struct dlshim_engine *e, struct job *jb, uint32_t req, uint32_t it)
 {
 	if (bit_get(jb->consumed, it))
 		return;
+	order_note(&jb->order, req, it);
 	bit_set(jb->consumed, it);
 	jb->consumed_count++;
 	jb->st.bytes_consumed += e->items[it].size;
@@ -361,7 +363,10 @@ void dlshim_engine_job_end(struct dlshim_engine *e, int j)
 	for (uint32_t i = 0; i < e->nitems; i++)
 		if (bit_get(jb->needed, i) && !bit_get(jb->consumed, i))
 			refcnt_add(e, i, -1);
+	if (jb->jg)
+		jb->st.epochs = job_epochs_done(e, jb); /* the groups go: keep the count */
 	redirect_job_end(e, jb);
+	order_free(&jb->order);
 	free(jb->needed);
 	free(jb->consumed);
 	jb->needed = jb->consumed = NULL;
@@ -597,7 +602,7 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 	}
 	if (!retry) {
 		eng_job_need(e, jb, it);
-		eng_job_consume(e, jb, it);
+		eng_job_consume(e, jb, it, it);
 	}
 	if (x->state == ITEM_RESIDENT && (x->size != id->size || x->mtime_ns != id->mtime_ns)) {
 		/* The file changed since it was cached: never serve the old bytes. */
@@ -736,7 +741,7 @@ void dlshim_engine_fast_hit(struct dlshim_engine *e, int j, const struct dlshim_
 	jb->st.requests++;
 	jb->st.hits++;
 	eng_job_need(e, jb, it);
-	eng_job_consume(e, jb, it);
+	eng_job_consume(e, jb, it, it);
 	evict_touch(&e->ev, it);
 }
 

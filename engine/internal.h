@@ -73,6 +73,13 @@ struct remap {
 	UT_hash_handle hh;
 };
 
+/* The (requested, served) sequence of the running epoch (order_stats.c). */
+struct order_track {
+	uint32_t *req, *srv, n, cap;
+	uint32_t *prev_next;  /* per item: its successor in its group last epoch */
+	uint32_t prev_items;  /* length of prev_next */
+};
+
 struct job {
 	char name[DLSHIM_JOB_MAX];
 	uint32_t sessions;
@@ -91,6 +98,8 @@ struct job {
 #define EPOCH_HIST 64
 	struct dlshim_job_stats hist[EPOCH_HIST];
 	uint64_t hist_waste[EPOCH_HIST];
+	struct dlshim_order_stats hist_order[EPOCH_HIST]; /* of each finished epoch */
+	struct order_track order;
 	struct remap *remaps;
 	struct dlshim_job_stats st;
 };
@@ -134,13 +143,18 @@ static inline void bit_clr(uint64_t *b, uint32_t i) { b[i / 64] &= ~(1ULL << (i 
 /* engine.c services used by redirect.c */
 uint32_t eng_item_get(struct dlshim_engine *e, const struct dlshim_file_id *id);
 void eng_job_need(struct dlshim_engine *e, struct job *jb, uint32_t it);
-void eng_job_consume(struct dlshim_engine *e, struct job *jb, uint32_t it);
+void eng_job_consume(struct dlshim_engine *e, struct job *jb, uint32_t req, uint32_t served);
 int eng_start_load(struct dlshim_engine *e, struct job *jb, uint32_t it);
 void eng_pin(struct dlshim_engine *e, uint32_t slot);
 void eng_hit(struct dlshim_engine *e, struct job *jb, uint32_t it, struct dlshim_open_result *res);
 void eng_group_res_add(struct dlshim_engine *e, uint32_t it);
 void eng_group_res_del(struct dlshim_engine *e, uint32_t it);
 void eng_group_rollover(struct dlshim_engine *e, struct job *jb, uint32_t group);
+
+/* order_stats.c */
+void order_note(struct order_track *t, uint32_t req, uint32_t served);
+int order_epoch_end(struct dlshim_engine *e, struct job *jb, struct dlshim_order_stats *out);
+void order_free(struct order_track *t);
 
 /* redirect.c */
 void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_open_result *res);

@@ -256,6 +256,10 @@ int dlshim_engine_job_epoch_stats(struct dlshim_engine *e, int j, uint32_t epoch
 	out->bytes_from_disk = b->bytes_from_disk - a->bytes_from_disk;
 	out->bytes_consumed = b->bytes_consumed - a->bytes_consumed;
 	out->waste_bytes = wb - wa;
+	if (out->complete)
+		out->order = jb->hist_order[epoch % EPOCH_HIST];
+	else
+		memset(&out->order, 0, sizeof(out->order));
 	return 0;
 }
 
@@ -352,6 +356,7 @@ void eng_group_rollover(struct dlshim_engine *e, struct job *jb, uint32_t gid)
 	 * every other complete group rolls over too (the job needs all their
 	 * files again, which RefCnt must see now), and the coordinator rescans
 	 * the job's roots so files added meanwhile take part. */
+	order_epoch_end(e, jb, &jb->hist_order[jb->max_epoch % EPOCH_HIST]);
 	jb->max_epoch = jb->jg[gid].epoch;
 	jb->rescan_due = 1;
 	jb->hist[jb->max_epoch % EPOCH_HIST] = jb->st;
@@ -582,7 +587,7 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_o
 			served = req;
 	}
 	uint32_t epoch = jg->epoch; /* consuming the group's last file rolls it over */
-	eng_job_consume(e, jb, served);
+	eng_job_consume(e, jb, req, served);
 	remember(jb, req, served, epoch);
 	if (served != req)
 		jb->st.redirects++;

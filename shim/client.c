@@ -557,7 +557,7 @@ static void send_release(const struct dlshim_msg_release *m)
 	pool_put(c, bad);
 }
 
-int client_write_stats(const char *path)
+long client_fetch_stats(char *buf, size_t cap)
 {
 	/* The job's first process may never have opened a file itself (its
 	 * DataLoader workers did): connect, but never spawn, to ask. */
@@ -568,19 +568,23 @@ int client_write_stats(const char *path)
 	int c = pool_get();
 	if (c < 0)
 		return -1;
-	static char buf[DLSHIM_MSG_MAX + 64];
 	long n = -1;
 	if (send_msg(pool[c].fd, DLSHIM_MSG_STATS, NULL, 0, -1) == 0)
-		n = recv_msg(pool[c].fd, buf, sizeof(buf), DLSHIM_MSG_TEXT, NULL);
+		n = recv_msg(pool[c].fd, buf, cap - 1, DLSHIM_MSG_TEXT, NULL);
 	pool_put(c, n < 0);
-	if (n < 0)
-		return -1;
+	if (n >= 0)
+		buf[n] = 0;
+	return n;
+}
+
+int client_write_stats(const char *path, const char *json, size_t len)
+{
 	int fd = real.openat(AT_FDCWD, path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -1;
-	ssize_t w = write(fd, buf, (size_t)n);
+	ssize_t w = write(fd, json, len);
 	real.close(fd);
-	return w == n ? 0 : -1;
+	return w == (ssize_t)len ? 0 : -1;
 }
 
 /* ---- fork ---- */

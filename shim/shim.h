@@ -82,7 +82,9 @@ struct route *client_open(int fd, const struct stat *st);
 void client_release(const struct route *r, uint64_t bytes_cache, uint64_t bytes_pass);
 void client_release_slot(uint32_t slot, uint64_t gen);
 /* Write the job's JSON summary to `path` (DLSHIM_STATS). */
-int client_write_stats(const char *path);
+/* The job's stats JSON from the coordinator (NUL-terminated); length or -1. */
+long client_fetch_stats(char *buf, size_t cap);
+int client_write_stats(const char *path, const char *json, size_t len);
 void client_atfork_prepare(void);
 void client_atfork_parent(void);
 void client_atfork_child(void);

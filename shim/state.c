@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dlshim/proto.h"
 #include "dlshim/rundir.h"
 #include "real.h"
 #include "shim.h"
@@ -120,15 +121,49 @@ static void derive_job(void)
 	setenv("DLSHIM_JOB", g_cfg.job, 1);
 }
 
+/* A top-level number of the job's stats JSON (keys before "per_epoch"). */
+static double json_num(const char *json, const char *key)
+{
+	char pat[48];
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	const char *p = strstr(json, pat);
+	const char *end = strstr(json, "\"per_epoch\"");
+	return p && (!end || p < end) ? strtod(p + strlen(pat), NULL) : 0;
+}
+
+/* DLSHIM_LOG=info: one line per job when its first process exits. */
+static void print_summary(const char *json)
+{
+	double req = json_num(json, "requests"), hits = json_num(json, "hits");
+	double mb = 1024.0 * 1024.0;
+	char line[512];
+	snprintf(line, sizeof(line),
+		 "dlshim: job %s: %.0f opens, %.0f cache hits (%.0f%%), %.0f redirected, %.0f epochs, %.1f MB from "
+		 "disk, %.1f MB from cache, I/O efficiency %.2f",
+		 g_cfg.job, req, hits, req > 0 ? 100.0 * hits / req : 0.0, json_num(json, "redirects"),
+		 json_num(json, "epochs"), json_num(json, "bytes_from_disk") / mb,
+		 json_num(json, "bytes_from_cache") / mb, json_num(json, "io_efficiency"));
+	size_t n = strlen(line);
+	line[n++] = '\n';
+	write_stderr(line, n);
+}
+
 static void at_exit(void)
 {
 	if (!g_active)
 		return;
 	g_in_shim++;
 	fdt_drop_all();
-	if (job_owner == getpid() && g_cfg.stats_path[0] && client_write_stats(g_cfg.stats_path) < 0)
-		shim_warn(W_STATS, "could not write DLSHIM_STATS=%s (no coordinator contact in this process?)",
-			  g_cfg.stats_path);
+	int summary = g_cfg.log_level >= DLSHIM_LOG_INFO;
+	if (job_owner == getpid() && (g_cfg.stats_path[0] || summary)) {
+		static char json[DLSHIM_MSG_MAX + 1];
+		long n = client_fetch_stats(json, sizeof(json));
+		if (n >= 0 && summary)
+			print_summary(json);
+		if (g_cfg.stats_path[0] && (n < 0 || client_write_stats(g_cfg.stats_path, json, (size_t)n) < 0))
+			shim_warn(W_STATS, "could not write DLSHIM_STATS=%s (no coordinator contact in this process?)",
+				  g_cfg.stats_path);
+	}
 	g_in_shim--;
 }
 

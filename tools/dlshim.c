@@ -612,6 +612,30 @@ static void fmt_eff(double consumed_eff, double from_disk, char *out, size_t len
 		snprintf(out, len, "%.2f", consumed_eff);
 }
 
+/* The randomness report: how far each finished epoch's served order is from
+ * an independent shuffle (engine/order_stats.c defines each measure). */
+static void print_order(const struct jdoc *d, int pe)
+{
+	int header = 0;
+	for (int e = d->n[pe].child; e >= 0; e = d->n[e].next) {
+		int o = jget(d, e, "order");
+		if (!jcomplete(d, e) || o < 0 || !jcomplete(d, o))
+			continue;
+		if (!header++)
+			printf("  order of the served files (in brackets: an independent shuffle's value)\n"
+			       "  %6s %7s %12s %16s %16s %9s\n",
+			       "epoch", "files", "displacement", "chunk locality", "pair repeat", "class mix");
+		char rep[32] = "-";
+		double v;
+		if (jnumber(d, o, "pair_repeat", &v) == 0)
+			snprintf(rep, sizeof(rep), "%.3f (%.3f)", v, jnum0(d, o, "pair_repeat_shuffle"));
+		char loc[32];
+		snprintf(loc, sizeof(loc), "%.3f (%.3f)", jnum0(d, o, "locality"), jnum0(d, o, "locality_shuffle"));
+		printf("  %6.0f %7.0f %12.3f %16s %16s %9.3f\n", jnum0(d, e, "epoch"), jnum0(d, o, "files"),
+		       jnum0(d, o, "displacement"), loc, rep, jnum0(d, o, "class_mix"));
+	}
+}
+
 static void print_epochs(const struct jdoc *d, int job)
 {
 	int pe = jget(d, job, "per_epoch");
@@ -636,6 +660,7 @@ static void print_epochs(const struct jdoc *d, int job)
 		       jnum0(d, e, "complete") != 0 ? "yes" : "no", jnum0(d, e, "requests"), jnum0(d, e, "redirects"),
 		       jnum0(d, e, "chunk_loads"), disk, cons, waste, eff);
 	}
+	print_order(d, pe);
 }
 
 static int stats_human(const struct jdoc *d, int epochs)

@@ -59,12 +59,23 @@ static void job_obj(struct out *o, int j)
 		if (dlshim_engine_job_epoch_stats(D.eng, j, n, &es) < 0)
 			continue;
 		put(o, "%s{\"epoch\":%u,\"complete\":%s,\"requests\":%llu,\"redirects\":%llu,\"chunk_loads\":%llu,"
-		       "\"bytes_from_disk\":%llu,\"bytes_consumed\":%llu,\"waste_bytes\":%llu,\"io_efficiency\":%.4f}",
+		       "\"bytes_from_disk\":%llu,\"bytes_consumed\":%llu,\"waste_bytes\":%llu,\"io_efficiency\":%.4f",
 		    n == (cur >= 63 ? cur - 63 : 0) ? "" : ",", es.epoch, es.complete ? "true" : "false",
 		    (unsigned long long)es.requests, (unsigned long long)es.redirects, (unsigned long long)es.chunk_loads,
 		    (unsigned long long)es.bytes_from_disk, (unsigned long long)es.bytes_consumed,
 		    (unsigned long long)es.waste_bytes,
 		    es.bytes_from_disk ? (double)es.bytes_consumed / (double)es.bytes_from_disk : 0.0);
+		const struct dlshim_order_stats *r = &es.order;
+		if (r->n) {
+			put(o, ",\"order\":{\"files\":%u,\"displacement\":%.4f,\"locality\":%.4f,"
+			       "\"locality_shuffle\":%.4f,\"class_mix\":%.4f",
+			    r->n, r->displacement, r->locality, r->locality_shuffle, r->class_mix);
+			if (r->has_prev)
+				put(o, ",\"pair_repeat\":%.4f,\"pair_repeat_shuffle\":%.4f", r->pair_repeat,
+				    r->pair_repeat_shuffle);
+			put(o, "}");
+		}
+		put(o, "}");
 	}
 	put(o, "]}");
 }

@@ -69,11 +69,23 @@ struct dlshim_job_stats {
 	uint64_t redirects, chunk_loads, bytes_consumed, loads_ahead;
 };
 
+/* How far an epoch's served order is from an independent shuffle
+ * (engine/order_stats.c says how each is measured). */
+struct dlshim_order_stats {
+	uint32_t n;               /* files served in the epoch; 0: not measured */
+	uint32_t has_prev;        /* pair_repeat measured (a previous epoch exists) */
+	float displacement;       /* 0 exact, ~1/3 independent of the requests */
+	float locality, locality_shuffle;
+	float pair_repeat, pair_repeat_shuffle;
+	float class_mix;          /* 1 = batches as mixed as a shuffle's */
+};
+
 /* One epoch of a job (epochs counted from 0; the last one may be running). */
 struct dlshim_epoch_stats {
 	uint32_t epoch, complete;
 	uint64_t requests, redirects, chunk_loads, bytes_from_disk, bytes_consumed;
 	uint64_t waste_bytes;     /* cache-wide waste during the epoch */
+	struct dlshim_order_stats order; /* complete epochs only */
 };
 
 struct dlshim_cache_stats {

@@ -111,6 +111,38 @@ dl_cli stats >"$DL_TMP/stats.txt" 2>&1
 rc=$?
 [ "$rc" -eq 0 ] && grep -q cli-named-job "$DL_TMP/stats.txt" && dl_ok "dlshim stats (human) exits 0 and lists the jobs" || { dl_fail "dlshim stats (human) exits 0 and lists the jobs (rc $rc)"; dl_show "$DL_TMP/stats.txt"; }
 
+dl_section "DLSHIM_LOG=info: one summary line per job at exit; the order report"
+DLSHIM_LOG=info DLSHIM_JOB=sumjob dl_shim /usr/bin/python3 -c '
+import random, sys
+files = sys.argv[1:]
+rnd = random.Random(5)
+for epoch in range(2):
+    rnd.shuffle(files)
+    for f in files:
+        with open(f, "rb") as fh:
+            fh.read()
+' "${FILES[@]}" 2>"$DL_TMP/info_err"
+lines=$(grep -c '^dlshim: job sumjob: ' "$DL_TMP/info_err")
+[ "$lines" = 1 ] && dl_ok "exactly one summary line for the job" || { dl_fail "exactly one summary line for the job (got $lines)"; dl_show "$DL_TMP/info_err"; }
+n=${#FILES[@]}
+grep -q "^dlshim: job sumjob: $((2 * n)) opens, .* 2 epochs, " "$DL_TMP/info_err" && dl_ok "the summary counts $((2 * n)) opens and 2 epochs" || { dl_fail "the summary counts $((2 * n)) opens and 2 epochs"; dl_show "$DL_TMP/info_err"; }
+[ "$(grep -vc '^dlshim: job ' "$DL_TMP/info_err")" = 0 ] && dl_ok "nothing else on stderr at info level" || { dl_fail "nothing else on stderr at info level"; dl_show "$DL_TMP/info_err"; }
+dl_stats_json >"$DL_TMP/info.json"
+$DL_PY - "$DL_TMP/info.json" "$n" <<'PY' && dl_ok "stats --json: each finished epoch has an order report (exact: displacement 0, all $n files)" || dl_fail "stats --json: each finished epoch has an order report"
+import json, sys
+doc = json.load(open(sys.argv[1])); n = int(sys.argv[2])
+job = [j for j in doc["jobs"] if j["job"] == "sumjob"][0]
+done = [e for e in job["per_epoch"] if e["complete"]]
+assert len(done) == 2, done
+for e in done:
+    o = e["order"]
+    assert o["files"] == n and o["displacement"] == 0, o
+    assert 0 <= o["locality"] <= 1 and 0 <= o["locality_shuffle"] <= 1, o
+assert "pair_repeat" not in done[0]["order"] and "pair_repeat" in done[1]["order"], done
+PY
+dl_cli stats --epochs >"$DL_TMP/info_epochs"
+grep -q "order of the served files" "$DL_TMP/info_epochs" && dl_ok "stats --epochs prints the order report" || { dl_fail "stats --epochs prints the order report"; dl_show "$DL_TMP/info_epochs"; }
+
 dl_section "dlshim stop"
 DPID=$(dl_stat 'j["daemon"]["pid"]')
 dl_info "coordinator pid $DPID"

@@ -54,6 +54,7 @@ def check_run(env, root, manifest, mode, workers, label, cache):
     T.check(b"dlshim: warning" not in p.stderr, "%s: no shim warning" % label, p.stderr.decode(errors="replace")[-1000:])
     log = json.load(open(out))
     images = sorted(q for q in manifest if q.endswith(".jpg"))
+    displacement = []  # per epoch, measured from what the Dataset received
     for ep, got in enumerate(log):
         served = []
         wrong = []
@@ -75,6 +76,10 @@ def check_run(env, root, manifest, mode, workers, label, cache):
             served.append(ok[0])
         T.check(not wrong, "%s epoch %d: every sample's bytes are a valid file for its request"
                 % (label, ep), "\n".join(wrong[:10]))
+        if len(served) == len(got):
+            asked = {req: k for k, (_, req, _) in enumerate(got)}
+            moves = [abs(k - asked[p]) for k, p in enumerate(served) if p in asked]
+            displacement.append(sum(moves) / max(1, len(moves)) / max(1, len(got)))
         counts = collections.Counter(served)
         dup = [p for p, n in counts.items() if n != 1]
         missing = [p for p in images if p not in counts]
@@ -84,11 +89,28 @@ def check_run(env, root, manifest, mode, workers, label, cache):
         if mode != "off":
             T.info("%s epoch %d: %d of %d requests redirected"
                    % (label, ep, sum(1 for (h, r, _) in got if manifest.get(r) != h), len(got)))
-    if os.path.exists(stats_file):
-        st = json.load(open(stats_file))
-        T.info("%s stats: hits %d misses %d redirects %d chunk_loads %d disk %d consumed %d"
-               % (label, st["hits"], st["misses"], st.get("redirects", 0), st.get("chunk_loads", 0),
-                  st["bytes_from_disk"], st.get("bytes_consumed", 0)))
+    if not T.check(os.path.exists(stats_file), "%s: DLSHIM_STATS file written" % label):
+        return
+    st = json.load(open(stats_file))
+    # The randomness report: every finished epoch has one, and its
+    # displacement is what the Dataset saw (exactly 0 in exact mode; with one
+    # process the coordinator sees the Dataset's own order).
+    done = [e for e in st["per_epoch"] if e["complete"]]
+    T.check(len(done) >= 2 and all("order" in e for e in done),
+            "%s: order report for each finished epoch" % label, json.dumps(st["per_epoch"])[:800])
+    for e in done[:2]:
+        o = e.get("order", {})
+        mine = displacement[e["epoch"]] if e["epoch"] < len(displacement) else None
+        T.info("%s epoch %d order: shim %s, Dataset displacement %s" % (label, e["epoch"], o, mine))
+        if mode == "off":
+            T.check(o.get("displacement") == 0, "%s epoch %d: displacement 0 in exact mode" % (label, e["epoch"]))
+        elif workers == 0 and mine is not None:
+            T.check(abs(o.get("displacement", -1) - mine) < 0.08,
+                    "%s epoch %d: reported displacement %.3f matches the Dataset's %.3f"
+                    % (label, e["epoch"], o.get("displacement", -1), mine))
+    T.info("%s stats: hits %d misses %d redirects %d chunk_loads %d disk %d consumed %d"
+           % (label, st["hits"], st["misses"], st.get("redirects", 0), st.get("chunk_loads", 0),
+              st["bytes_from_disk"], st.get("bytes_consumed", 0)))
 
 
 def main():

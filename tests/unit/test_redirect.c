@@ -1280,6 +1280,9 @@ static void test_epochs_and_redirects_stats(void **state)
 	assert_int_equal(jstats(r, job).redirects, j.redirects);
 	assert_true(j.redirects > 0); /* chunk 2 over shuffled orders must redirect */
 	assert_int_equal(jstats(r, job).requests, 4 * d.n);
+	/* An ended job still reports what it did. */
+	dlshim_engine_job_detach(r->e, job);
+	assert_int_equal(jstats(r, job).epochs, 4);
 	jrun_free(&j);
 	ds_free(&d);
 	rig_free(r);
@@ -1318,6 +1321,66 @@ static void test_io_efficiency(void **state)
 			ds_free(&d);
 			rig_free(r);
 		}
+}
+
+/* The randomness report. Exact mode: the served order is the request order
+ * (displacement 0), shuffled requests give shuffle-like locality, class mix
+ * and pair repeats. dir with small chunks and a cache of half the dataset:
+ * served files leave their request positions, consecutive files of a group
+ * come from one chunk far more often than in a shuffle, and classes stay as
+ * mixed as the requests (dir keeps each file's class). */
+static void test_order_report(void **state)
+{
+	(void)state;
+	for (int mode = DLSHIM_REDIRECT_OFF; mode <= DLSHIM_REDIRECT_DIR; mode++) {
+		uint64_t rng = 4242;
+		struct ds d;
+		struct layout L = {1, 8, 60, 60, 1, 0, SZ, 0};
+		/* Exact jobs get the coordinator's root keys, dir jobs directory keys. */
+		ds_build(&d, &L, mode == DLSHIM_REDIRECT_OFF ? DLSHIM_REDIRECT_ANY : DLSHIM_REDIRECT_DIR, &rng);
+		struct rig *r = rig_new(d.bytes / 2, DLSHIM_EVICT_REFCNT, 5);
+		int job = dlshim_engine_job_attach(r->e, "j");
+		struct jrun j;
+		jrun_init(&j, job, &d, 3, 9);
+		jrun_declare(r, &j, (enum dlshim_redirect)mode, 8);
+		while (jrun_step(r, &j, "order"))
+			;
+		for (uint32_t ep = 0; ep < 2; ep++) {
+			struct dlshim_epoch_stats es;
+			assert_int_equal(dlshim_engine_job_epoch_stats(r->e, job, ep, &es), 0);
+			const struct dlshim_order_stats *o = &es.order;
+			print_message("  order %s epoch %u: n %u displacement %.3f locality %.3f (%.3f) pair repeat "
+				      "%.3f (%.3f) class mix %.3f\n",
+				      mode == DLSHIM_REDIRECT_OFF ? "exact" : "dir", ep, o->n, o->displacement,
+				      o->locality, o->locality_shuffle, o->pair_repeat, o->pair_repeat_shuffle,
+				      o->class_mix);
+			/* A job epoch starts when its first group rolls over, so
+			 * a redirect epoch's report covers about one dataset. */
+			if (mode == DLSHIM_REDIRECT_OFF)
+				assert_int_equal(o->n, d.n);
+			else
+				assert_true(o->n > d.n * 9 / 10 && o->n < d.n * 11 / 10);
+			assert_int_equal(o->has_prev, ep > 0);
+			assert_true(o->class_mix > 0.85 && o->class_mix < 1.15);
+			assert_true(o->locality_shuffle > 0 && o->locality_shuffle < 0.2);
+			if (mode == DLSHIM_REDIRECT_OFF) {
+				assert_true(o->displacement == 0);
+				assert_true(o->locality < o->locality_shuffle * 2 + 0.02);
+				if (ep > 0)
+					assert_true(o->pair_repeat < o->pair_repeat_shuffle * 3 + 0.02);
+			} else {
+				assert_true(o->displacement > 0.05);
+				assert_true(o->locality > 3 * o->locality_shuffle);
+			}
+		}
+		/* The running epoch has no order report yet. */
+		struct dlshim_epoch_stats cur;
+		if (dlshim_engine_job_epoch_stats(r->e, job, dlshim_engine_job_epoch_current(r->e, job), &cur) == 0)
+			assert_int_equal(cur.complete ? 1 : cur.order.n, cur.complete ? 1 : 0);
+		jrun_free(&j);
+		ds_free(&d);
+		rig_free(r);
+	}
 }
 
 /* When a chunk load stops part-way (no space) and the request falls back to
@@ -1476,6 +1539,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_epochs_and_redirects_stats, teardown),
 		cmocka_unit_test_teardown(test_io_efficiency, teardown),
 		cmocka_unit_test_teardown(test_partial_chunk_loads_handed_over, teardown),
+		cmocka_unit_test_teardown(test_order_report, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
