@@ -29,7 +29,7 @@ ENGINE_LIB := $(BUILD)/libdlshim_engine.a
 DAEMON := $(BUILD)/dlshimd
 CLI := $(BUILD)/dlshim
 
-.PHONY: demo all test unit unit-asan integration deps bench bench-core bench-redirect install clean lint valgrind
+.PHONY: demo all test unit unit-asan integration deps bench bench-core bench-redirect fidelity install clean lint valgrind
 all: $(LIB) $(DAEMON) $(CLI) $(HELPER_BIN)
 
 # The README's first command: set everything up and run the multi-job demo.
@@ -103,6 +103,10 @@ bench-core: all
 	bench/bench_core.sh
 bench-redirect: all
 	bench/bench_redirect.sh
+
+# Test accuracy under exact and redirect modes (docs/fidelity.md).
+fidelity: deps all
+	/usr/bin/python3 bench/fidelity.py
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/dlshim $(DESTDIR)$(PREFIX)/lib/pkgconfig

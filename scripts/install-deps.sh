@@ -12,6 +12,7 @@ PACKAGES=(
     uthash-dev libcmocka-dev libhdf5-dev libunwind-dev libucx-dev
     python3-torch python3-torchvision python3-h5py python3-numpy python3-pil python3-matplotlib
     hdf5-tools strace valgrind
+    dataset-fashion-mnist   # make fidelity
     clang        # fuzzing and sanitizer builds
     util-linux iproute2
 )
