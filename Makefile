@@ -65,6 +65,11 @@ $(BUILD)/progs/%: tests/progs/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< -lpthread $(if $(findstring h5,$*),$(shell pkg-config --cflags --libs hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5),)
 
+# The extent reader alone, checked byte for byte against ordinary reads.
+$(BUILD)/progs/extent_check: tests/progs/extent_check.c engine/daemon/extent_read.c engine/daemon/extent_read.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iengine/daemon -o $@ tests/progs/extent_check.c engine/daemon/extent_read.c -lpthread
+
 # Sanitizer build of the engine and its unit tests.
 $(BUILD)/asan/obj/%.o: %.c $(wildcard include/dlshim/*.h engine/*.h)
 	@mkdir -p $(dir $@)

@@ -21,6 +21,8 @@
  *   DLSHIM_LOG          error | warn | info | debug          (default warn)
  *   DLSHIM_IDLE_EXIT    0..86400 seconds; 0 means the coordinator exits as
  *                       soon as it has no client             (default 30)
+ *   DLSHIM_EXTENT_READS auto | off: chunk loads may read the block device
+ *                       directly (engine/daemon/extent_read.c) (default auto)
  *   DLSHIM_JOB          1..127 chars of [A-Za-z0-9._:@+-], not "." or ".."
  *   DLSHIM_FILELIST, DLSHIM_DAEMON, DLSHIM_RUNTIME_DIR
  *                       absolute paths shorter than DLSHIM_PATH_MAX
@@ -53,6 +55,7 @@
 
 static const char *const redirect_names[] = {"off", "dir", "any"};
 static const char *const sampler_names[] = {"chunk", "dsa"};
+static const char *const extent_names[] = {"off", "auto"};
 static const char *const evict_names[] = {"refcnt", "lru", "fifo", "random"};
 static const char *const log_names[] = {"error", "warn", "info", "debug"};
 
@@ -485,6 +488,7 @@ static void set_defaults(struct dlshim_config *cfg)
 	cfg->log_level = DLSHIM_LOG_WARN;
 	cfg->max_item_bytes = DEFAULT_MAX_ITEM;
 	cfg->idle_exit_s = DEFAULT_IDLE_EXIT;
+	cfg->extent_reads = 1;
 }
 
 static const char size_expect[] =
@@ -520,6 +524,11 @@ static int parse_all(struct dlshim_config *cfg, dlshim_getenv_fn get, uint64_t r
 		if (parse_keyword(v, sampler_names, NELEM(sampler_names), &k) < 0)
 			return bad_value(err, errlen, "DLSHIM_SAMPLER", v, "expected chunk or dsa");
 		cfg->sampler = (enum dlshim_sampler)k;
+	}
+	if ((v = get("DLSHIM_EXTENT_READS"))) {
+		if (parse_keyword(v, extent_names, NELEM(extent_names), &k) < 0)
+			return bad_value(err, errlen, "DLSHIM_EXTENT_READS", v, "expected auto or off");
+		cfg->extent_reads = (int)k;
 	}
 	if ((v = get("DLSHIM_EVICT"))) {
 		if (parse_keyword(v, evict_names, NELEM(evict_names), &k) < 0)

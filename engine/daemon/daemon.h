@@ -72,6 +72,8 @@ int loader_load_now(int fd, uint32_t slot, uint64_t size);
  * published and released when all are read. Takes ownership of fds. */
 void loader_load_ahead(int job, const struct dlshim_open_result *res, const int *fds);
 void loader_load_batch(const int *fd, const uint32_t *slot, const uint64_t *size, int *rc, uint32_t n);
+struct extent_read_stats;
+void loader_extent_stats(struct extent_read_stats *out);
 
 /* stats_json.c: the JSON state; `job` >= 0 gives that job's object only. */
 size_t stats_json(char *buf, size_t cap, int job);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "extent_read.h"
 
 struct load_req {
 	int fd;
@@ -21,6 +22,7 @@ struct load_req {
 	struct load_req *next;
 	struct ahead *batch;  /* set for background loads: no one waits on cv */
 	uint32_t index;
+	int whole;            /* the batch's extent reads, then its other files */
 };
 
 /* A background batch: the last file loaded publishes them all. */
@@ -30,7 +32,9 @@ struct ahead {
 	_Atomic uint32_t remaining;
 	uint32_t item[DLSHIM_MAX_CHUNK], slot[DLSHIM_MAX_CHUNK];
 	int fd[DLSHIM_MAX_CHUNK], rc[DLSHIM_MAX_CHUNK];
+	uint64_t size[DLSHIM_MAX_CHUNK];
 	struct load_req req[DLSHIM_MAX_CHUNK];
+	struct load_req whole;
 };
 
 static void ahead_finish(struct ahead *a)
@@ -47,6 +51,59 @@ static void ahead_finish(struct ahead *a)
 	pthread_cond_broadcast(&D.loaded);
 	pthread_mutex_unlock(&D.mu);
 	free(a);
+}
+
+/* ---- extent reads of a batch (extent_read.c) ---- */
+
+static pthread_mutex_t xs_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct extent_read_stats xs;
+
+void loader_extent_stats(struct extent_read_stats *out)
+{
+	pthread_mutex_lock(&xs_mu);
+	*out = xs;
+	pthread_mutex_unlock(&xs_mu);
+}
+
+/* Copy into slot[i] at `off`; the slots are pinned, unpublished and ours. */
+static int put_in_slot(void *ctx, uint32_t i, uint64_t off, const void *buf, uint64_t len)
+{
+	const uint32_t *slot = ctx;
+	struct iovec iov[64];
+	while (len > 0) {
+		int n = dlshim_engine_slot_iov(D.eng, slot[i], off, iov, 64);
+		if (n <= 0)
+			return -1;
+		for (int k = 0; k < n && len > 0; k++) {
+			size_t c = iov[k].iov_len < len ? iov[k].iov_len : len;
+			memcpy(iov[k].iov_base, buf, c);
+			buf = (const uint8_t *)buf + c;
+			off += c;
+			len -= c;
+		}
+	}
+	return 0;
+}
+
+/* Load what extent reads can of a batch; rc[i] = 0 for those. */
+static void extent_batch(const int *fd, const uint32_t *slot, const uint64_t *size, int *rc, uint32_t n)
+{
+	if (!D.cfg.extent_reads || n < 2)
+		return;
+	uint8_t done[DLSHIM_MAX_CHUNK];
+	struct extent_read_stats st = {0};
+	struct extent_sink sink = {put_in_slot, (void *)slot};
+	if (n > DLSHIM_MAX_CHUNK || extent_read_batch(fd, size, n, &sink, done, &st) == 0)
+		return;
+	for (uint32_t i = 0; i < n; i++)
+		if (done[i])
+			rc[i] = 0;
+	pthread_mutex_lock(&xs_mu);
+	xs.files += st.files;
+	xs.file_bytes += st.file_bytes;
+	xs.runs += st.runs;
+	xs.device_bytes += st.device_bytes;
+	pthread_mutex_unlock(&xs_mu);
 }
 
 static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -98,12 +155,57 @@ int loader_load_now(int fd, uint32_t slot, uint64_t size)
 }
 
 /* Start the kernel's reads of a whole batch at once (deep queue), before
- * the loader threads copy file by file. */
-static void prefetch(const int *fd, uint32_t n)
+ * the loader threads copy file by file; files already loaded (rc 0) skipped. */
+static void prefetch(const int *fd, const int *rc, uint32_t n)
 {
+	if (n < 2)
+		return;
 	for (uint32_t i = 0; i < n; i++)
-		if (fd[i] >= 0)
+		if (fd[i] >= 0 && rc[i] != 0)
 			posix_fadvise(fd[i], 0, 0, POSIX_FADV_WILLNEED);
+}
+
+/* Append reqs to the loader queue (skipping those without a file). */
+static uint32_t queue_reqs(struct load_req *r, uint32_t n)
+{
+	uint32_t queued = 0;
+	pthread_mutex_lock(&q_mu);
+	for (uint32_t i = 0; i < n; i++) {
+		if (!r[i].whole && r[i].fd < 0)
+			continue;
+		r[i].next = NULL;
+		if (q_tail)
+			q_tail->next = &r[i];
+		else
+			q_head = &r[i];
+		q_tail = &r[i];
+		queued++;
+	}
+	pthread_cond_broadcast(&q_cv);
+	pthread_mutex_unlock(&q_mu);
+	return queued;
+}
+
+/* A background batch: extent reads where possible, then every other file
+ * queued for the loader threads; the last one to finish publishes all. */
+static void ahead_start(struct ahead *a)
+{
+	extent_batch(a->fd, a->slot, a->size, a->rc, a->n);
+	uint32_t settled = 0;
+	for (uint32_t i = 0; i < a->n; i++)
+		if (a->rc[i] == 0 || a->fd[i] < 0) {
+			a->req[i].fd = -1; /* not queued */
+			settled++;
+		}
+	if (settled == a->n) {
+		ahead_finish(a);
+		return;
+	}
+	/* Count the settled ones down before queueing: a loader may finish
+	 * the rest before this thread looks again. */
+	atomic_fetch_sub(&a->remaining, settled);
+	prefetch(a->fd, a->rc, a->n);
+	queue_reqs(a->req, a->n);
 }
 
 static void *loader_main(void *arg)
@@ -118,6 +220,10 @@ static void *loader_main(void *arg)
 		if (q_head == NULL)
 			q_tail = NULL;
 		pthread_mutex_unlock(&q_mu);
+		if (r->whole) {
+			ahead_start(r->batch);
+			continue;
+		}
 		int rc = loader_load_now(r->fd, r->slot, r->size);
 		if (r->batch) {
 			struct ahead *a = r->batch;
@@ -150,7 +256,6 @@ void loader_load_ahead(int job, const struct dlshim_open_result *res, const int 
 				close(fds[i]);
 		return;
 	}
-	prefetch(fds, res->nload);
 	a->job = job;
 	a->n = res->nload;
 	atomic_init(&a->remaining, res->nload);
@@ -161,28 +266,20 @@ void loader_load_ahead(int job, const struct dlshim_open_result *res, const int 
 		a->rc[i] = -1;
 	}
 	pthread_mutex_lock(&D.mu);
-	for (uint32_t i = 0; i < a->n; i++)
-		a->req[i] = (struct load_req){.fd = fds[i], .slot = a->slot[i], .batch = a, .index = i,
-					      .size = dlshim_engine_item_size(D.eng, a->item[i])};
-	pthread_mutex_unlock(&D.mu);
-	uint32_t skipped = 0;
-	pthread_mutex_lock(&q_mu);
 	for (uint32_t i = 0; i < a->n; i++) {
-		if (fds[i] < 0) {
-			skipped++;
-			continue;
-		}
-		if (q_tail)
-			q_tail->next = &a->req[i];
-		else
-			q_head = &a->req[i];
-		q_tail = &a->req[i];
+		a->size[i] = dlshim_engine_item_size(D.eng, a->item[i]);
+		a->req[i] = (struct load_req){.fd = fds[i], .slot = a->slot[i], .batch = a, .index = i,
+					      .size = a->size[i]};
 	}
-	pthread_cond_broadcast(&q_cv);
-	pthread_mutex_unlock(&q_mu);
-	/* Files that could not be opened count as done (failed) right away. */
-	if (skipped && atomic_fetch_sub(&a->remaining, skipped) == skipped)
-		ahead_finish(a);
+	pthread_mutex_unlock(&D.mu);
+	if (D.cfg.extent_reads && a->n > 1) {
+		/* A loader thread tries extent reads first (they block on the
+		 * device; this thread answers clients). */
+		a->whole = (struct load_req){.batch = a, .whole = 1};
+		queue_reqs(&a->whole, 1);
+		return;
+	}
+	ahead_start(a);
 }
 
 int loader_start(int nthreads)
@@ -200,8 +297,10 @@ int loader_start(int nthreads)
  * them in parallel (the device sees a batch, not one file at a time). */
 void loader_load_batch(const int *fd, const uint32_t *slot, const uint64_t *size, int *rc, uint32_t n)
 {
-	if (n > 1)
-		prefetch(fd, n);
+	for (uint32_t i = 0; i < n; i++)
+		rc[i] = -1;
+	extent_batch(fd, slot, size, rc, n);
+	prefetch(fd, rc, n);
 	struct load_req *r = calloc(n, sizeof(*r));
 	if (r == NULL) {
 		for (uint32_t i = 0; i < n; i++)
@@ -210,10 +309,10 @@ void loader_load_batch(const int *fd, const uint32_t *slot, const uint64_t *size
 	}
 	pthread_mutex_lock(&q_mu);
 	for (uint32_t i = 0; i < n; i++) {
-		r[i] = (struct load_req){.fd = fd[i], .slot = slot[i], .size = size[i], .rc = -1};
+		r[i] = (struct load_req){.fd = fd[i], .slot = slot[i], .size = size[i], .rc = rc[i]};
 		pthread_cond_init(&r[i].cv, NULL);
-		if (fd[i] < 0) {
-			r[i].done = 1;
+		if (fd[i] < 0 || rc[i] == 0) {
+			r[i].done = 1; /* no file, or read by extent */
 			continue;
 		}
 		if (q_tail)

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "extent_read.h"
 
 struct out {
 	char *p;
@@ -104,6 +105,12 @@ size_t stats_json(char *buf, size_t cap, int job)
 	    (unsigned long long)cs.items_known, (unsigned long long)cs.loads, (unsigned long long)cs.evictions,
 	    (unsigned long long)cs.stale_reloads, (unsigned long long)cs.alloc_failures,
 	    (unsigned long long)cs.waste_bytes, cs.chunk_files);
+	struct extent_read_stats xs;
+	loader_extent_stats(&xs);
+	put(&o, " \"loader\":{\"extent_reads\":\"%s\",\"extent_files\":%llu,\"extent_file_bytes\":%llu,"
+		"\"extent_runs\":%llu,\"extent_device_bytes\":%llu},\n",
+	    D.cfg.extent_reads ? "auto" : "off", (unsigned long long)xs.files, (unsigned long long)xs.file_bytes,
+	    (unsigned long long)xs.runs, (unsigned long long)xs.device_bytes);
 	put(&o, " \"jobs\":[");
 	int n = dlshim_engine_njobs(D.eng);
 	for (int j = 0; j < n; j++) {

@@ -40,6 +40,7 @@ struct dlshim_config {
 	char stats_path[DLSHIM_PATH_MAX];      /* DLSHIM_STATS, "" = none */
 	uint64_t max_item_bytes;               /* DLSHIM_MAX_ITEM: larger files pass through */
 	uint32_t idle_exit_s;                  /* DLSHIM_IDLE_EXIT: daemon idle timeout */
+	int extent_reads;                      /* DLSHIM_EXTENT_READS: auto (1) or off (0) */
 	char daemon_path[DLSHIM_PATH_MAX];     /* DLSHIM_DAEMON: explicit dlshimd binary */
 	char peers[DLSHIM_PATH_MAX];           /* DLSHIM_PEERS (multi-node, not yet used) */
 	char node[DLSHIM_JOB_MAX];             /* DLSHIM_NODE */
