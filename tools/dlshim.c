@@ -622,7 +622,7 @@ static void print_order(const struct jdoc *d, int pe)
 		if (!jcomplete(d, e) || o < 0 || !jcomplete(d, o))
 			continue;
 		if (!header++)
-			printf("  order of the served files (in brackets: an independent shuffle's value)\n"
+			printf("\n  order of the served files (in brackets: an independent shuffle's value)\n"
 			       "  %6s %7s %12s %16s %16s %9s\n",
 			       "epoch", "files", "displacement", "chunk locality", "pair repeat", "class mix");
 		char rep[32] = "-";
