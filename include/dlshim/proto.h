@@ -62,6 +62,7 @@ struct dlshim_msg_hello_ok {
 struct dlshim_msg_open {
 	uint64_t dev, ino, size;
 	int64_t mtime_ns;
+	int64_t ctime_ns;         /* with size and mtime: which version of the file */
 };
 
 enum dlshim_open_status {
