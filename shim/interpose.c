@@ -42,7 +42,10 @@ static int wants_route(int dirfd, const char *path, int flags)
 {
 	if (!g_active || g_in_shim || path == NULL)
 		return 0;
-	if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_PATH | O_DIRECT | O_TRUNC | O_DIRECTORY)))
+	/* O_APPEND and O_CREAT announce a file that is being written (a cache
+	 * entry would freeze it at open); the others are not plain reads. */
+	if ((flags & O_ACCMODE) != O_RDONLY ||
+	    (flags & (O_PATH | O_DIRECT | O_TRUNC | O_DIRECTORY | O_TMPFILE | O_APPEND | O_CREAT | O_EXCL)))
 		return 0;
 	char buf[DLSHIM_PATH_MAX], cwd[DLSHIM_PATH_MAX];
 	long n;
