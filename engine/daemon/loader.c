@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "dlshim/scan.h"
 #include "extent_read.h"
 
 struct load_req {
@@ -160,8 +161,8 @@ int loader_load_now(int fd, uint32_t slot, uint64_t size)
 	struct stat before, after;
 	/* A file rewritten while it is read would be cached as a mix of two
 	 * versions: compare its version before and after, and drop the load. */
-	if (fstat(fd, &before) < 0 || (uint64_t)before.st_size != size)
-		return -1;
+	if (fstat(fd, &before) < 0 || (uint64_t)before.st_size != size || dlshim_fd_on_pseudo_fs(fd))
+		return -1; /* a pseudo file's size says nothing of its bytes */
 	while (off < size) {
 		/* No engine lock: the chain of a slot being loaded is ours alone. */
 		int n = dlshim_engine_slot_iov(D.eng, slot, off, iov, 256);
