@@ -318,6 +318,11 @@ static int hello(int fd, uint32_t kind)
 	}
 	if (adopt_segment(sfd, &b.ok) < 0)
 		return -1;
+	if (b.ok.flags & DLSHIM_HELLO_OK_F_MEMCAP)
+		shim_warn(W_MEMCAP,
+			  "the coordinator's memory cgroup limit is below DLSHIM_CACHE: cache capped to %llu MB "
+			  "(see %s/dlshimd.log)",
+			  (unsigned long long)(b.ok.shm_len >> 20), g_cfg.runtime_dir);
 	return kind == DLSHIM_HELLO_CLIENT ? declare_dataset(fd) : 0;
 }
 

@@ -87,7 +87,7 @@ static int session_drop_pin(struct session *s, uint32_t slot, uint64_t gen)
 static int handle_hello(struct conn *c, const struct dlshim_msg_hello *h)
 {
 	struct dlshim_msg_hello_ok ok = {.daemon_pid = (uint32_t)getpid(), .segment_id = D.segment_id,
-					 .shm_len = D.shm_len};
+					 .shm_len = D.shm_len, .flags = D.memcg_limit ? DLSHIM_HELLO_OK_F_MEMCAP : 0};
 	pthread_mutex_lock(&D.mu);
 	if (h->kind == DLSHIM_HELLO_CONTROL) {
 		c->control = 1;

@@ -78,7 +78,7 @@ L = json.loads(subprocess.run([env.path("probe")], capture_output=True, check=Tr
 
 HDR_FMT = "=IHHII"                 # magic, version, type, len, seq
 HELLO_FMT = "=IIQ%dsII" % L["hello_job_len"]   # pid, kind, session, job, job_owner, pad
-HELLO_OK_FMT = "=IIQQ"             # daemon_pid, pad, segment_id, shm_len
+HELLO_OK_FMT = "=IIQQ"             # daemon_pid, flags, segment_id, shm_len
 OPEN_FMT = "=QQQqq"                # dev, ino, size, mtime_ns, ctime_ns
 OPEN_R_FMT = "=IIIIQQ"             # status, item, slot, flags, gen, size
 RELEASE_FMT = "=IIQQQQQQqII"       # item, slot, gen, bytes_cache, bytes_pass, dev, ino, size, mtime_ns, flags, pad
