@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dlshim/fileid.h"
 #include "dlshim/packet.h"
 #include "dlshim/proto.h"
 #include "real.h"
@@ -317,6 +318,11 @@ static int hello(int fd, uint32_t kind)
 	}
 	if (adopt_segment(sfd, &b.ok) < 0)
 		return -1;
+	if (b.ok.flags & DLSHIM_HELLO_OK_F_MEMCAP)
+		shim_warn(W_MEMCAP,
+			  "the coordinator's memory cgroup limit is below DLSHIM_CACHE: cache capped to %llu MB "
+			  "(see %s/dlshimd.log)",
+			  (unsigned long long)(b.ok.shm_len >> 20), g_cfg.runtime_dir);
 	return kind == DLSHIM_HELLO_CLIENT ? declare_dataset(fd) : 0;
 }
 
@@ -421,9 +427,9 @@ static struct route *fast_open(const struct stat *st)
 	if (seg == NULL || g_cfg.redirect != DLSHIM_REDIRECT_OFF)
 		return NULL;
 	uint64_t gen;
-	int64_t mt = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
-	long s = dlshim_shm_lookup(&seg->view, (uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size, mt,
-				   &gen);
+	struct dlshim_file_id v = dlshim_stat_version(st);
+	int64_t mt = v.mtime_ns;
+	long s = dlshim_shm_lookup(&seg->view, v.dev, v.ino, v.size, mt, v.ctime_ns, &gen);
 	if (s < 0)
 		return NULL;
 	struct route *r = route_new();
@@ -452,12 +458,9 @@ struct route *client_open(int fd, const struct stat *st)
 	if (c < 0)
 		return NULL;
 	int cfd = pool[c].fd;
+	struct dlshim_file_id v = dlshim_stat_version(st);
 	struct dlshim_msg_open o = {
-		.dev = (uint64_t)st->st_dev,
-		.ino = (uint64_t)st->st_ino,
-		.size = (uint64_t)st->st_size,
-		.mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec,
-	};
+		.dev = v.dev, .ino = v.ino, .size = v.size, .mtime_ns = v.mtime_ns, .ctime_ns = v.ctime_ns};
 	union {
 		struct dlshim_msg_open_r r;
 		char raw[sizeof(struct dlshim_msg_hdr) + 512];

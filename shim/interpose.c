@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dlshim/scan.h"
 #include "real.h"
 #include "shim.h"
 
@@ -42,7 +43,10 @@ static int wants_route(int dirfd, const char *path, int flags)
 {
 	if (!g_active || g_in_shim || path == NULL)
 		return 0;
-	if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_PATH | O_DIRECT | O_TRUNC | O_DIRECTORY)))
+	/* O_APPEND and O_CREAT announce a file that is being written (a cache
+	 * entry would freeze it at open); the others are not plain reads. */
+	if ((flags & O_ACCMODE) != O_RDONLY ||
+	    (flags & (O_PATH | O_DIRECT | O_TRUNC | O_DIRECTORY | O_TMPFILE | O_APPEND | O_CREAT | O_EXCL)))
 		return 0;
 	char buf[DLSHIM_PATH_MAX], cwd[DLSHIM_PATH_MAX];
 	long n;
@@ -71,13 +75,27 @@ static int wants_route(int dirfd, const char *path, int flags)
 	return n > 0 && dlshim_config_path_routed(&g_cfg, buf, (size_t)n);
 }
 
+/* Files of a pseudo file system (a procfs or sysfs bound under a root)
+ * are generated on read: their size says nothing of their bytes. The last
+ * device found to be an ordinary file system saves the statfs next time. */
+static int pseudo_file(int fd, const struct stat *st)
+{
+	static _Atomic unsigned long long plain_dev = ~0ULL;
+	if ((unsigned long long)st->st_dev == atomic_load_explicit(&plain_dev, memory_order_relaxed))
+		return 0;
+	if (dlshim_fd_on_pseudo_fs(fd))
+		return 1;
+	atomic_store_explicit(&plain_dev, (unsigned long long)st->st_dev, memory_order_relaxed);
+	return 0;
+}
+
 /* After the real open succeeded: register the descriptor with the cache. */
 static void route_fd(int fd)
 {
 	int saved = errno;
 	g_in_shim++;
 	struct stat st;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && !pseudo_file(fd, &st)) {
 		struct route *r = client_open(fd, &st);
 		if (r && fdt_set(fd, r) < 0)
 			route_put(r);

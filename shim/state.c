@@ -193,6 +193,7 @@ static void do_init(void)
 	pthread_atfork(client_atfork_prepare, client_atfork_parent, client_atfork_child);
 	pthread_atfork(fdt_atfork_prepare, fdt_atfork_parent, fdt_atfork_child);
 	atexit(at_exit);
+	crash_install();
 	g_active = 1;
 	g_in_shim--;
 }

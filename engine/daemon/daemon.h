@@ -36,6 +36,7 @@ struct daemon {
 	struct dlshim_engine *eng;
 	int shm_fd;
 	size_t shm_len;
+	uint64_t memcg_limit;    /* set when the cache was capped below DLSHIM_CACHE for it */
 	uint64_t segment_id;
 	struct session *sessions;
 	int nclients;           /* live client connections (not CLI) */

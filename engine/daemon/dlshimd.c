@@ -18,6 +18,7 @@
 #include <libunwind.h>
 
 #include "daemon.h"
+#include "memlimit.h"
 #include "dlshim/rundir.h"
 
 struct daemon D;
@@ -76,6 +77,14 @@ static void usage(void)
 static int make_segment(void)
 {
 	D.shm_len = D.cfg.cache_bytes;
+	uint64_t limit = memlimit_cgroup_bytes();
+	if (memlimit_cap(D.shm_len, limit) < D.shm_len) {
+		D.shm_len = memlimit_cap(D.shm_len, limit);
+		D.memcg_limit = limit;
+		dlog(DLSHIM_LOG_WARN,
+		     "DLSHIM_CACHE=%llu bytes does not fit the memory cgroup limit of %llu bytes: cache capped to %zu bytes",
+		     (unsigned long long)D.cfg.cache_bytes, (unsigned long long)limit, D.shm_len);
+	}
 	D.shm_fd = memfd_create("dlshim-cache", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (D.shm_fd < 0 || ftruncate(D.shm_fd, (off_t)D.shm_len) < 0) {
 		dlog(DLSHIM_LOG_ERROR, "cannot create a %zu-byte shared segment: %s", D.shm_len, strerror(errno));

@@ -12,6 +12,7 @@
 #include "daemon.h"
 #include "dlshim/packet.h"
 #include "dlshim/proto.h"
+#include "dlshim/fileid.h"
 #include "dlshim/scan.h"
 
 struct conn {
@@ -86,7 +87,7 @@ static int session_drop_pin(struct session *s, uint32_t slot, uint64_t gen)
 static int handle_hello(struct conn *c, const struct dlshim_msg_hello *h)
 {
 	struct dlshim_msg_hello_ok ok = {.daemon_pid = (uint32_t)getpid(), .segment_id = D.segment_id,
-					 .shm_len = D.shm_len};
+					 .shm_len = D.shm_len, .flags = D.memcg_limit ? DLSHIM_HELLO_OK_F_MEMCAP : 0};
 	pthread_mutex_lock(&D.mu);
 	if (h->kind == DLSHIM_HELLO_CONTROL) {
 		c->control = 1;
@@ -124,34 +125,50 @@ static int handle_hello(struct conn *c, const struct dlshim_msg_hello *h)
 }
 
 /* Load a missed file from the descriptor the client passed, after checking
- * it is the very file the engine allocated for. */
+ * it is the very file version the engine allocated for. */
 static int load_from(int fd, const struct dlshim_msg_open *o, uint32_t slot)
 {
 	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_dev != o->dev ||
-	    (uint64_t)st.st_ino != o->ino || (uint64_t)st.st_size != o->size ||
-	    (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec != o->mtime_ns)
+	struct dlshim_file_id want = {o->dev, o->ino, o->size, o->mtime_ns, o->ctime_ns};
+	if (fstat(fd, &st) < 0 || !dlshim_stat_is_version(&st, &want))
 		return -1;
 	return loader_load_now(fd, slot, o->size);
 }
 
 /* Open a catalog file by path for loading or for handing to a client,
- * checking it is still the file the catalog knows. */
+ * checking it is still the file version the catalog knows: the path may
+ * have been renamed over, rewritten, or replaced by a FIFO or device since
+ * the scan (O_NONBLOCK: opening a FIFO must not block this thread). A
+ * changed file is dropped from the cache and its new version remembered. */
 static int open_item(uint32_t item, const char *path)
 {
 	if (path == NULL)
 		return -1;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return -1;
 	struct stat st;
+	struct dlshim_file_id want;
 	pthread_mutex_lock(&D.mu);
-	uint64_t size = dlshim_engine_item_size(D.eng, item);
+	int known = dlshim_engine_item_id(D.eng, item, &want) == 0;
 	pthread_mutex_unlock(&D.mu);
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
+	if (!known || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_dev != want.dev ||
+	    (uint64_t)st.st_ino != want.ino) {
+		dlog(DLSHIM_LOG_DEBUG, "%s is no longer the file scanned; not used", path);
 		close(fd);
 		return -1;
 	}
+	if (!dlshim_stat_is_version(&st, &want)) {
+		struct dlshim_file_id now = dlshim_stat_version(&st);
+		pthread_mutex_lock(&D.mu);
+		dlshim_engine_item_changed(D.eng, item, &now);
+		pthread_mutex_unlock(&D.mu);
+		dlog(DLSHIM_LOG_DEBUG, "%s changed since it was cached or scanned; dropped", path);
+		close(fd);
+		return -1;
+	}
+	/* The client gets this descriptor as its own: no O_NONBLOCK left on it. */
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 	return fd;
 }
 
@@ -210,7 +227,7 @@ static void start_ahead(struct conn *c, const struct dlshim_open_result *res)
 
 static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd)
 {
-	struct dlshim_file_id id = {o->dev, o->ino, o->size, o->mtime_ns};
+	struct dlshim_file_id id = {o->dev, o->ino, o->size, o->mtime_ns, o->ctime_ns};
 	static __thread struct dlshim_open_result res;
 	struct dlshim_msg_open_r r;
 	memset(&r, 0, sizeof(r));
@@ -351,8 +368,7 @@ static int scan_cb(void *ctx, const char *path, const struct stat *st, const cha
 		a->cap = cap;
 	}
 	struct scanned *s = &a->v[a->n];
-	s->id = (struct dlshim_file_id){(uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size,
-					(int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec};
+	s->id = dlshim_stat_version(st);
 	s->path = strdup(path);
 	s->group = NULL;
 	/* A label group holds files of one directory (dir) or root (any) and
@@ -476,7 +492,7 @@ static void handle_release(struct conn *c, const struct dlshim_msg_release *m)
 	pthread_mutex_lock(&D.mu);
 	if (m->flags & DLSHIM_RELEASE_F_FAST) {
 		/* A hit the client served through the shared index: no pin. */
-		struct dlshim_file_id id = {m->dev, m->ino, m->size, m->mtime_ns};
+		struct dlshim_file_id id = {m->dev, m->ino, m->size, m->mtime_ns, 0};
 		dlshim_engine_fast_hit(D.eng, c->s->job, &id);
 		dlshim_engine_release(D.eng, c->s->job, UINT32_MAX, 0, m->bytes_cache, m->bytes_pass);
 	} else if (m->slot == UINT32_MAX || session_drop_pin(c->s, m->slot, m->gen) == 0) {

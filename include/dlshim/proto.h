@@ -52,9 +52,13 @@ struct dlshim_msg_hello {
 	uint32_t pad;
 };
 
+/* The cache is smaller than DLSHIM_CACHE asked: the coordinator's memory
+ * cgroup limit would not hold it (shm_len is what it got). */
+#define DLSHIM_HELLO_OK_F_MEMCAP 1u
+
 struct dlshim_msg_hello_ok {
 	uint32_t daemon_pid;
-	uint32_t pad;
+	uint32_t flags;           /* DLSHIM_HELLO_OK_F_* */
 	uint64_t segment_id;
 	uint64_t shm_len;
 };
@@ -62,6 +66,7 @@ struct dlshim_msg_hello_ok {
 struct dlshim_msg_open {
 	uint64_t dev, ino, size;
 	int64_t mtime_ns;
+	int64_t ctime_ns;         /* with size and mtime: which version of the file */
 };
 
 enum dlshim_open_status {

@@ -1411,7 +1411,7 @@ static void test_partial_chunk_loads_handed_over(void **state)
 	uint32_t fslot[8];
 	uint64_t fgen[8];
 	for (int k = 0; k < 8; k++) {
-		struct dlshim_file_id id = {1, 500 + (uint64_t)k, 100, 7};
+		struct dlshim_file_id id = {1, 500 + (uint64_t)k, 100, 7, 0};
 		dlshim_engine_open(r->e, c, &id, 0, &r->res);
 		assert_int_equal(r->res.kind, DLSHIM_OPEN_LOAD);
 		fslot[k] = r->res.slot;
@@ -1474,7 +1474,7 @@ static void test_group_kinds_do_not_mix(void **state)
 	for (int pass = 0; pass < 2; pass++) {
 		int job = pass ? jd : jx;
 		for (int i = 0; i < 16; i++) {
-			ids[i] = (struct dlshim_file_id){7, 100 + (uint64_t)i, 1000, 5};
+			ids[i] = (struct dlshim_file_id){7, 100 + (uint64_t)i, 1000, 5, 0};
 			snprintf(path, sizeof(path), "/r/c%d/f%d.jpg", i % 2, i);
 			if (pass)
 				snprintf(key, sizeof(key), "d:/r/c%d|.jpg", i % 2);
