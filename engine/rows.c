@@ -26,12 +26,12 @@ static uint64_t mix(uint64_t z)
 	return z ^ (z >> 31);
 }
 
-void dlshim_rows_chunk_id(uint64_t dev, uint64_t ino, int64_t mtime_ns, const char *dset, uint64_t chunk_rows,
+void dlshim_rows_chunk_id(uint64_t dev, uint64_t ino, int64_t mtime_ns, uint64_t dset_hash, uint64_t chunk_rows,
 			  uint64_t chunk, uint64_t bytes, struct dlshim_file_id *out)
 {
 	/* The chunking is part of the identity: two chunkings of one dataset
 	 * are different items, never a short read of each other. */
-	uint64_t h = mix(ino ^ mix(dlshim_rows_name_hash(dset) ^ mix(chunk_rows * 0x9e3779b97f4a7c15ULL ^ chunk)));
+	uint64_t h = mix(ino ^ mix(dset_hash ^ mix(chunk_rows * 0x9e3779b97f4a7c15ULL ^ chunk)));
 	out->dev = dev | DLSHIM_ROWS_DEV_BIT;
 	out->ino = h;
 	out->size = bytes;

@@ -199,9 +199,27 @@ out:
 
 struct resident_ctx {
 	const struct dlshim_msg_rows *m;
-	const char *dset;
-	uint64_t k;
+	uint64_t dset_hash, k;
 };
+
+/* The file's dataset with the same row count and the finest row chunks
+ * (largest rows): its residency decides which rows are cheap to serve,
+ * whichever dataset (inputs or labels) asks first. */
+static void primary(const struct plan *p, uint64_t *hash, uint64_t *k)
+{
+	*hash = p->dset_hash;
+	*k = p->chunk_rows;
+	pthread_mutex_lock(&h5_mu);
+	for (int i = 0; i < PLANS; i++) {
+		const struct plan *q = &plans[i];
+		if (q->used && q->ok && q->dev == p->dev && q->ino == p->ino && q->mtime_ns == p->mtime_ns &&
+		    q->nrows == p->nrows && q->chunk == p->chunk && q->chunk_rows < *k) {
+			*hash = q->dset_hash;
+			*k = q->chunk_rows;
+		}
+	}
+	pthread_mutex_unlock(&h5_mu);
+}
 
 /* Called under D.mu by the row mapping. */
 static int chunk_resident(void *ctx, uint64_t first, uint64_t n)
@@ -209,7 +227,7 @@ static int chunk_resident(void *ctx, uint64_t first, uint64_t n)
 	(void)n;
 	const struct resident_ctx *c = ctx;
 	struct dlshim_file_id id;
-	dlshim_rows_chunk_id(c->m->dev, c->m->ino, c->m->mtime_ns, c->dset, c->k, first / c->k, 0, &id);
+	dlshim_rows_chunk_id(c->m->dev, c->m->ino, c->m->mtime_ns, c->dset_hash, c->k, first / c->k, 0, &id);
 	uint32_t it = dlshim_engine_find_item(D.eng, id.dev, id.ino);
 	return it != DLSHIM_NO_ITEM && dlshim_engine_item_resident(D.eng, it);
 }
@@ -223,20 +241,22 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 	if (m->row >= m->nrows || !get_plan(m, path, dset, &p))
 		return;
 	uint64_t k = p.chunk_rows, served = m->row;
+	struct resident_ctx rc = {m, p.dset_hash, k};
+	if (m->redirect == DLSHIM_REDIRECT_ANY)
+		primary(&p, &rc.dset_hash, &rc.k);
 	pthread_mutex_lock(&D.mu);
 	if (m->redirect == DLSHIM_REDIRECT_ANY) {
 		if (rows == NULL)
 			rows = dlshim_rows_create();
-		struct resident_ctx rc = {m, dset, k};
 		const char *jn = dlshim_engine_job_name(D.eng, job);
 		int64_t j = dlshim_rows_map(rows, job, dlshim_rows_name_hash(jn ? jn : ""), m->dev, m->ino, m->nrows,
-					    p.dset_hash, m->row, k, chunk_resident, &rc);
+					    p.dset_hash, m->row, rc.k, chunk_resident, &rc);
 		if (j >= 0)
 			served = (uint64_t)j;
 	}
 	uint64_t first = served / k * k, count = m->nrows - first < k ? m->nrows - first : k;
 	struct dlshim_file_id id;
-	dlshim_rows_chunk_id(m->dev, m->ino, m->mtime_ns, dset, k, first / k, count * m->row_bytes, &id);
+	dlshim_rows_chunk_id(m->dev, m->ino, m->mtime_ns, p.dset_hash, k, first / k, count * m->row_bytes, &id);
 	struct dlshim_open_result *res = malloc(sizeof(*res));
 	if (res == NULL) {
 		pthread_mutex_unlock(&D.mu);

@@ -26,9 +26,10 @@
 
 uint64_t dlshim_rows_name_hash(const char *s);
 
-/* Identity of row chunk `chunk` (rows chunk*chunk_rows ...) of dataset
- * `dset` in the file (dev, ino, mtime); `bytes` is the chunk's size. */
-void dlshim_rows_chunk_id(uint64_t dev, uint64_t ino, int64_t mtime_ns, const char *dset, uint64_t chunk_rows,
+/* Identity of row chunk `chunk` (rows chunk*chunk_rows ...) of the dataset
+ * whose name hashes to `dset_hash` in the file (dev, ino, mtime); `bytes` is
+ * the chunk's size. */
+void dlshim_rows_chunk_id(uint64_t dev, uint64_t ino, int64_t mtime_ns, uint64_t dset_hash, uint64_t chunk_rows,
 			  uint64_t chunk, uint64_t bytes, struct dlshim_file_id *out);
 
 struct dlshim_rows;
@@ -41,8 +42,9 @@ void dlshim_rows_destroy(struct dlshim_rows *r);
 
 /* The row to serve for `row` of dataset `dset_key` (any stable number per
  * dataset, e.g. dlshim_rows_name_hash of its name) of a file with `nrows`
- * rows, for job (`job`, `job_key`). `chunk_rows` is the requesting dataset's
- * chunking, used with `resident` to prefer rows already in memory. Returns
+ * rows, for job (`job`, `job_key`). `chunk_rows` is the chunking of the
+ * file's dataset with the largest rows (the one whose reads cost), used with
+ * `resident` to prefer rows already in memory. Returns
  * the served row, or -1 (no memory, too many datasets, bad row): the caller
  * then serves `row` itself. */
 int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
