@@ -606,8 +606,9 @@ void client_atfork_child(void)
 /* ---- HDF5 rows ---- */
 
 int client_rows(const char *path, const char *dset, const struct stat *st, uint64_t nrows, uint64_t row_bytes,
-		uint64_t row, uint64_t n, void *dst)
+		uint64_t row, uint64_t n, int redirect, void *dst, uint64_t *served_out)
 {
+	*served_out = row;
 	static __thread char msg[sizeof(struct dlshim_msg_rows) + DLSHIM_PATH_MAX + 1024 + 2];
 	size_t pl = strlen(path), dl = strlen(dset);
 	struct dlshim_msg_rows m = {
@@ -619,7 +620,7 @@ int client_rows(const char *path, const char *dset, const struct stat *st, uint6
 		.row_bytes = row_bytes,
 		/* A block of rows is read as it is: redirection maps single rows,
 		 * the unit a Dataset's __getitem__ asks for. */
-		.redirect = n == 1 ? g_cfg.redirect : DLSHIM_REDIRECT_OFF,
+		.redirect = n == 1 && redirect ? g_cfg.redirect : DLSHIM_REDIRECT_OFF,
 		.chunk = g_cfg.chunk,
 	};
 	if (sizeof(m) + pl + dl + 2 > sizeof(msg) || pl == 0 || dl == 0)
@@ -645,6 +646,10 @@ int client_rows(const char *path, const char *dset, const struct stat *st, uint6
 		struct segment *seg = current_seg;
 		pool_put(c, 0);
 		const struct dlshim_msg_rows_r *r = &b.r;
+		/* Once the coordinator has mapped the row, every way out reads the
+		 * mapped row: the file's other datasets get the same one. */
+		if (n == 1 && m.redirect != DLSHIM_REDIRECT_OFF && r->served < nrows)
+			*served_out = r->served;
 		if (r->status != DLSHIM_OPEN_R_HIT)
 			return -1;
 		/* Trust nothing in the reply that would copy out of the item or past

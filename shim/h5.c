@@ -113,7 +113,25 @@ static int serve(const struct h5_fns *h, h5id dset, h5id mtype, h5id mspace, h5i
 	struct stat st;
 	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode))
 		goto out;
-	rc = client_rows(path, dname, &st, dims[0], row_bytes, lo[0], hi[0] - lo[0] + 1, (char *)buf + off);
+	uint64_t served = lo[0];
+	/* With mspace H5S_ALL the row's place in memory is its place in the
+	 * file: such a read is never redirected. */
+	rc = client_rows(path, dname, &st, dims[0], row_bytes, lo[0], hi[0] - lo[0] + 1, mspace != H5_ALL,
+			 (char *)buf + off, &served);
+	if (rc < 0 && served != lo[0]) {
+		/* Mapped but not served from the cache: read the mapped row here. */
+		h5id fs2 = h->Scopy(sp);
+		h5size cnt[H5_MAX_RANK];
+		memcpy(cnt, dims, sizeof(h5size) * (size_t)nd);
+		lo[0] = served;
+		cnt[0] = 1;
+		if (fs2 >= 0 && h->Sselect_hyperslab(fs2, H5_SELECT_SET, lo, NULL, cnt, NULL) >= 0)
+			rc = h->Dread(dset, mtype, mspace, fs2, dxpl, buf) < 0 ? -2 : 0;
+		else
+			rc = -2;
+		if (fs2 >= 0)
+			h->Sclose(fs2);
+	}
 out:
 	if (sp >= 0)
 		h->Sclose(sp);
@@ -140,6 +158,8 @@ EXPORT int H5Dread(h5id dset, h5id mtype, h5id mspace, h5id fspace, h5id dxpl, v
 		errno = saved;
 		if (rc == 0)
 			return 0;
+		if (rc == -2)
+			return -1; /* the mapped row could not be read: HDF5's own error */
 	}
 	return h->Dread(dset, mtype, mspace, fspace, dxpl, buf);
 }

@@ -53,7 +53,8 @@ static void resolve(void)
 		     SYM(Sget_select_npoints, "H5Sget_select_npoints") && SYM(Sget_select_bounds, "H5Sget_select_bounds") &&
 		     SYM(Tequal, "H5Tequal") && SYM(Tget_class, "H5Tget_class") && SYM(Tget_size, "H5Tget_size") &&
 		     SYM(Eget_auto2, "H5Eget_auto2") && SYM(Eset_auto2, "H5Eset_auto2") &&
-		     SYM(Pget_data_transform, "H5Pget_data_transform");
+		     SYM(Pget_data_transform, "H5Pget_data_transform") && SYM(Scopy, "H5Scopy") &&
+		     SYM(Sselect_hyperslab, "H5Sselect_hyperslab");
 		fns.usable = ok;
 		if (!ok)
 			shim_debug("HDF5 %u.%u.%u: not usable for row caching; H5Dread passes through", maj, min, rel);

@@ -16,6 +16,7 @@ typedef uint64_t h5size;
 #define H5_CLASS_INTEGER 0
 #define H5_CLASS_FLOAT 1
 #define H5_MAX_RANK 32
+#define H5_SELECT_SET 0
 
 struct h5_fns {
 	int (*Dread)(h5id, h5id, h5id, h5id, h5id, void *);
@@ -37,6 +38,8 @@ struct h5_fns {
 	int (*Eget_auto2)(h5id, void **, void **);
 	int (*Eset_auto2)(h5id, void *, void *);
 	ssize_t (*Pget_data_transform)(h5id, char *, size_t);
+	h5id (*Scopy)(h5id);
+	int (*Sselect_hyperslab)(h5id, int, const h5size *, const h5size *, const h5size *, const h5size *);
 	int usable;               /* every function found and the version is 1.10 or later */
 };
 

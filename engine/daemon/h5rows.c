@@ -58,7 +58,7 @@ static hid_t open_checked(const char *path, const struct dlshim_msg_rows *m)
 
 /* Is the dataset one whose rows we can read exactly as the client would,
  * and how many rows go in one cache item? */
-static int plan_dataset(hid_t d, const struct dlshim_msg_rows *m, uint64_t *chunk_rows)
+static int plan_dataset(hid_t d, const struct dlshim_msg_rows *m, uint64_t cache_bytes, uint64_t *chunk_rows)
 {
 	int ok = 0;
 	hid_t sp = H5Dget_space(d), t = H5Dget_type(d), dc = H5Dget_create_plist(d);
@@ -79,7 +79,12 @@ static int plan_dataset(hid_t d, const struct dlshim_msg_rows *m, uint64_t *chun
 	uint64_t c0 = 1;
 	if (lay == H5D_CHUNKED && H5Pget_chunk(dc, nd, cd) == nd && cd[0] > 0)
 		c0 = cd[0];
-	uint64_t want = m->chunk ? m->chunk : (AGG_BYTES + rb - 1) / rb;
+	/* A row chunk stays a small part of the cache, so several datasets'
+	 * chunks and a few chunks ahead fit together. */
+	uint64_t agg = cache_bytes / 32 < AGG_BYTES ? cache_bytes / 32 : AGG_BYTES;
+	uint64_t want = m->chunk ? m->chunk : (agg + rb - 1) / rb;
+	if (want == 0)
+		want = 1;
 	uint64_t k = (want + c0 - 1) / c0 * c0; /* whole HDF5 chunks: each is read and decoded once */
 	*chunk_rows = k < m->nrows ? k : m->nrows;
 	ok = 1;
@@ -118,7 +123,11 @@ static int get_plan(const struct dlshim_msg_rows *m, const char *path, const cha
 			return 0; /* not cached: the file may be changing */
 		}
 		hid_t d = H5Dopen2(f, dset, H5P_DEFAULT);
-		p->ok = d >= 0 && plan_dataset(d, m, &p->chunk_rows);
+		struct dlshim_cache_stats cs;
+		pthread_mutex_lock(&D.mu);
+		dlshim_engine_cache_stats(D.eng, &cs);
+		pthread_mutex_unlock(&D.mu);
+		p->ok = d >= 0 && plan_dataset(d, m, cs.capacity_bytes, &p->chunk_rows);
 		if (d >= 0)
 			H5Dclose(d);
 		H5Fclose(f);
@@ -286,6 +295,7 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 		res->kind = gen ? DLSHIM_OPEN_HIT : DLSHIM_OPEN_PASS;
 		res->gen = gen;
 	}
+	r->served = served; /* also on PASS: the client then reads this row itself */
 	if (res->kind == DLSHIM_OPEN_HIT) {
 		r->status = DLSHIM_OPEN_R_HIT;
 		r->slot = res->slot;
@@ -293,7 +303,6 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 		r->size = count * m->row_bytes;
 		r->first = first;
 		r->count = count;
-		r->served = served;
 	}
 	free(res);
 }
