@@ -24,6 +24,11 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ASAN_UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/asan/tests/%)
 HELPER_BIN := $(HELPER_SRC:tests/progs/%.c=$(BUILD)/progs/%)
 
+# HDF5 for the coordinator only: it reads rows of cached datasets. The shim
+# never links it (it uses the host process's own HDF5, found at run time).
+H5_CFLAGS := $(shell pkg-config --cflags hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial)
+H5_LIBS := $(shell pkg-config --libs hdf5 2>/dev/null || echo -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5)
+
 LIB := $(BUILD)/libdlshim.so
 ENGINE_LIB := $(BUILD)/libdlshim_engine.a
 DAEMON := $(BUILD)/dlshimd
@@ -41,6 +46,8 @@ $(BUILD)/obj/%.o: %.c $(wildcard include/dlshim/*.h engine/*.h shim/*.h engine/d
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+$(BUILD)/obj/engine/daemon/%.o: CFLAGS += $(H5_CFLAGS)
+
 # The shim exports nothing but its wrappers (version script, hidden visibility).
 $(BUILD)/obj/shim/%.o: CFLAGS += -fvisibility=hidden
 
@@ -52,7 +59,7 @@ $(LIB): $(SHIM_OBJ) $(ENGINE_LIB) shim/exports.map
 	$(CC) $(CFLAGS) -shared -Wl,--version-script=shim/exports.map -Wl,-z,defs -o $@ $(SHIM_OBJ) $(ENGINE_LIB) -ldl -lpthread
 
 $(DAEMON): $(DAEMON_OBJ) $(ENGINE_LIB)
-	$(CC) $(CFLAGS) -o $@ $(DAEMON_OBJ) $(ENGINE_LIB) -lpthread -lunwind
+	$(CC) $(CFLAGS) -o $@ $(DAEMON_OBJ) $(ENGINE_LIB) $(H5_LIBS) -lpthread -lunwind
 
 $(CLI): $(CLI_OBJ) $(ENGINE_LIB)
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(ENGINE_LIB) -lpthread
@@ -83,7 +90,7 @@ $(BUILD)/asan/tests/%: tests/unit/%.c $(BUILD)/asan/libdlshim_engine.a
 # The coordinator under ThreadSanitizer (its threads share the engine).
 $(BUILD)/tsan/dlshimd: $(ENGINE_SRC) $(DAEMON_SRC) $(wildcard include/dlshim/*.h engine/*.h engine/daemon/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -O1 -g -fsanitize=thread -o $@ $(DAEMON_SRC) $(ENGINE_SRC) -lpthread -lunwind
+	$(CC) $(CFLAGS) $(H5_CFLAGS) -O1 -g -fsanitize=thread -o $@ $(DAEMON_SRC) $(ENGINE_SRC) $(H5_LIBS) -lpthread -lunwind
 
 deps:
 	scripts/install-deps.sh

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,6 +38,16 @@ static size_t clean_len(const char *p)
 	return i;
 }
 
+/* HDF5 files are read by the HDF5 library in small metadata and chunk
+ * reads; their rows are cached at H5Dread instead (h5.c), so the file's
+ * own bytes always pass through. */
+static int is_hdf5_name(const char *p)
+{
+	const char *dot = strrchr(p, '.');
+	return dot && strchr(dot, '/') == NULL &&
+	       (strcasecmp(dot, ".h5") == 0 || strcasecmp(dot, ".hdf5") == 0 || strcasecmp(dot, ".he5") == 0);
+}
+
 /* Does this open concern a dataset file? Only read-only opens of paths
  * under a root qualify; everything else is never touched. */
 static int wants_route(int dirfd, const char *path, int flags)
@@ -47,6 +58,8 @@ static int wants_route(int dirfd, const char *path, int flags)
 	 * entry would freeze it at open); the others are not plain reads. */
 	if ((flags & O_ACCMODE) != O_RDONLY ||
 	    (flags & (O_PATH | O_DIRECT | O_TRUNC | O_DIRECTORY | O_TMPFILE | O_APPEND | O_CREAT | O_EXCL)))
+		return 0;
+	if (is_hdf5_name(path))
 		return 0;
 	char buf[DLSHIM_PATH_MAX], cwd[DLSHIM_PATH_MAX];
 	long n;

@@ -1,4 +1,4 @@
-/* Resolution of the real libc functions (the only file that uses dlsym). */
+/* Resolution of the real libc functions (HDF5 ones are found by h5real.c). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>

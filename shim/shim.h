@@ -80,6 +80,13 @@ void fdt_atfork_child(void);
 /* Ask the coordinator for the file open at `fd` (already fstat'ed in `st`).
  * Returns a route to read from, or NULL to pass through. */
 struct route *client_open(int fd, const struct stat *st);
+/* Copy rows [row, row + n) of dataset `dset` in the HDF5 file `path`
+ * (stat'ed in `st`; `nrows` rows of `row_bytes`) from the cache into `dst`,
+ * redirected when `redirect` and n == 1. 0 when every byte was served; -1:
+ * the caller reads them itself, and then reads row *served (set to `row`
+ * unless the coordinator redirected it) so the pairing holds. */
+int client_rows(const char *path, const char *dset, const struct stat *st, uint64_t nrows, uint64_t row_bytes,
+		uint64_t row, uint64_t n, int redirect, void *dst, uint64_t *served);
 /* Release a pin (or only report bytes when r->slot is UINT32_MAX). */
 void client_release(const struct route *r, uint64_t bytes_cache, uint64_t bytes_pass);
 void client_release_slot(uint32_t slot, uint64_t gen);

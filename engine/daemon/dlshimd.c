@@ -18,6 +18,7 @@
 #include <libunwind.h>
 
 #include "daemon.h"
+#include "h5rows.h"
 #include "memlimit.h"
 #include "dlshim/rundir.h"
 
@@ -138,6 +139,7 @@ static void end_lingering_jobs(void)
 		     (D.job_owner[j] > 0 && kill(D.job_owner[j], 0) < 0 && errno == ESRCH))) {
 			dlog(DLSHIM_LOG_INFO, "job %s ended", dlshim_engine_job_name(D.eng, j));
 			dlshim_engine_job_end(D.eng, j);
+			h5rows_job_end(j);
 			D.job_owner[j] = 0;
 		}
 }

@@ -14,6 +14,7 @@
 #include "dlshim/proto.h"
 #include "dlshim/fileid.h"
 #include "dlshim/scan.h"
+#include "h5rows.h"
 
 struct conn {
 	int fd;
@@ -503,6 +504,22 @@ static void handle_release(struct conn *c, const struct dlshim_msg_release *m)
 	pthread_mutex_unlock(&D.mu);
 }
 
+/* Rows of an HDF5 dataset (h5rows.c decides and loads). */
+static int handle_rows(struct conn *c, const void *payload)
+{
+	const struct dlshim_msg_rows *m = payload;
+	const char *path = (const char *)payload + sizeof(*m); /* both names checked by the decoder */
+	const char *dset = path + strlen(path) + 1;
+	struct dlshim_msg_rows_r r;
+	h5rows_serve(c->s->job, m, path, dset, &r);
+	if (r.status == DLSHIM_OPEN_R_HIT) {
+		pthread_mutex_lock(&D.mu);
+		session_add_pin(c->s, r.slot, r.gen);
+		pthread_mutex_unlock(&D.mu);
+	}
+	return reply(c, DLSHIM_MSG_ROWS_R, &r, sizeof(r), -1);
+}
+
 static void conn_end(struct conn *c)
 {
 	pthread_mutex_lock(&D.mu);
@@ -556,6 +573,8 @@ void *conn_thread(void *arg)
 			fd = -1;
 		} else if (h.type == DLSHIM_MSG_DATASET && c->s) {
 			rc = handle_dataset(c, buf, n);
+		} else if (h.type == DLSHIM_MSG_ROWS && c->s) {
+			rc = handle_rows(c, buf);
 		} else if (h.type == DLSHIM_MSG_RELEASE && c->s) {
 			handle_release(c, (const struct dlshim_msg_release *)buf);
 		} else if (h.type == DLSHIM_MSG_STATS && (c->s || c->control)) {

@@ -29,6 +29,8 @@ enum dlshim_msg_type {
 	DLSHIM_MSG_STOP,          /* c->d: shut down; reply TEXT */
 	DLSHIM_MSG_ERROR,         /* d->c: request refused; payload is a message */
 	DLSHIM_MSG_DATASET,       /* c->d: declare the job's dataset (struct dlshim_msg_dataset + text); reply TEXT */
+	DLSHIM_MSG_ROWS,          /* c->d: rows of an HDF5 dataset (struct dlshim_msg_rows + names); reply ROWS_R */
+	DLSHIM_MSG_ROWS_R,
 	DLSHIM_MSG_TYPE_MAX
 };
 
@@ -107,6 +109,31 @@ struct dlshim_msg_dataset {
 	uint32_t sampler;         /* enum dlshim_sampler */
 	uint32_t chunk;           /* files per chunk, 0 = auto */
 	uint32_t pad;
+};
+
+/* Followed by the file's absolute path, a NUL, the dataset's name in the
+ * file and a NUL. The coordinator opens the file itself and checks that it
+ * is still (dev, ino, size, mtime) before reading rows from it. */
+struct dlshim_msg_rows {
+	uint64_t dev, ino, size;
+	int64_t mtime_ns;
+	uint64_t nrows;           /* first dimension of the dataset */
+	uint64_t row_bytes;       /* bytes of one row in the dataset's own type */
+	uint64_t row;             /* the row asked for */
+	uint32_t redirect;        /* enum dlshim_redirect of the job */
+	uint32_t chunk;           /* DLSHIM_CHUNK (rows per chunk), 0 = auto */
+};
+
+/* HIT: row `served` (== `row` unless redirected) is at byte
+ * (served - first) * row_bytes of the item in slot/gen, which holds rows
+ * [first, first + count); pinned until RELEASE. PASS: read it yourself. */
+struct dlshim_msg_rows_r {
+	uint32_t status;          /* DLSHIM_OPEN_R_HIT or DLSHIM_OPEN_R_PASS */
+	uint32_t slot;
+	uint64_t gen;
+	uint64_t size;            /* bytes of the item */
+	uint64_t first, count;
+	uint64_t served;
 };
 
 /* Encode a message into `buf` (at least sizeof hdr + len). Returns the
