@@ -52,7 +52,7 @@ $(LIB): $(SHIM_OBJ) $(ENGINE_LIB) shim/exports.map
 	$(CC) $(CFLAGS) -shared -Wl,--version-script=shim/exports.map -Wl,-z,defs -o $@ $(SHIM_OBJ) $(ENGINE_LIB) -ldl -lpthread
 
 $(DAEMON): $(DAEMON_OBJ) $(ENGINE_LIB)
-	$(CC) $(CFLAGS) -o $@ $(DAEMON_OBJ) $(ENGINE_LIB) -lpthread -lunwind
+	$(CC) $(CFLAGS) -o $@ $(DAEMON_OBJ) $(ENGINE_LIB) -lpthread -lunwind -lucp -lucs -ldl
 
 $(CLI): $(CLI_OBJ) $(ENGINE_LIB)
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(ENGINE_LIB) -lpthread
@@ -83,7 +83,7 @@ $(BUILD)/asan/tests/%: tests/unit/%.c $(BUILD)/asan/libdlshim_engine.a
 # The coordinator under ThreadSanitizer (its threads share the engine).
 $(BUILD)/tsan/dlshimd: $(ENGINE_SRC) $(DAEMON_SRC) $(wildcard include/dlshim/*.h engine/*.h engine/daemon/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -O1 -g -fsanitize=thread -o $@ $(DAEMON_SRC) $(ENGINE_SRC) -lpthread -lunwind
+	$(CC) $(CFLAGS) -O1 -g -fsanitize=thread -o $@ $(DAEMON_SRC) $(ENGINE_SRC) -lpthread -lunwind -lucp -lucs -ldl
 
 deps:
 	scripts/install-deps.sh

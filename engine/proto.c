@@ -27,6 +27,7 @@ static const uint32_t payload_len[DLSHIM_MSG_TYPE_MAX] = {
 	[DLSHIM_MSG_STOP] = 0,
 	[DLSHIM_MSG_ERROR] = VARIABLE,
 	[DLSHIM_MSG_DATASET] = VARIABLE,
+	[DLSHIM_MSG_OPEN_PATH] = VARIABLE,
 };
 
 /* Returns 0 when `payload` or `len` is inconsistent (NULL with len > 0) or

@@ -78,6 +78,9 @@ void fdt_atfork_child(void);
 /* Ask the coordinator for the file open at `fd` (already fstat'ed in `st`).
  * Returns a route to read from, or NULL to pass through. */
 struct route *client_open(int fd, const struct stat *st);
+/* Open `path` (normalised, absent locally) through a peer node: returns a
+ * new descriptor (read-only, holding the file's bytes) and its route, or -1. */
+int client_open_remote(const char *path, int flags, struct route **out);
 /* Release a pin (or only report bytes when r->slot is UINT32_MAX). */
 void client_release(const struct route *r, uint64_t bytes_cache, uint64_t bytes_pass);
 void client_release_slot(uint32_t slot, uint64_t gen);
