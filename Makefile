@@ -29,7 +29,7 @@ ENGINE_LIB := $(BUILD)/libdlshim_engine.a
 DAEMON := $(BUILD)/dlshimd
 CLI := $(BUILD)/dlshim
 
-.PHONY: demo all test unit unit-asan integration deps bench bench-core bench-redirect fidelity install clean lint valgrind
+.PHONY: demo all test unit unit-asan integration test-multinode deps bench bench-core bench-redirect fidelity install clean lint valgrind
 all: $(LIB) $(DAEMON) $(CLI) $(HELPER_BIN)
 
 # The README's first command: set everything up and run the multi-job demo.
@@ -99,6 +99,11 @@ unit-asan: $(ASAN_UNIT_BIN)
 	tests/run-all.sh --only unit-asan
 integration: all
 	tests/run-all.sh --only integration
+
+# Three coordinators in network namespaces form one cache over UCX (needs
+# root; `make test` runs it with the other integration tests).
+test-multinode: all
+	tests/integration/test_multinode.sh
 
 valgrind: all $(UNIT_BIN)
 	tests/run-all.sh --only valgrind

@@ -27,8 +27,8 @@ TAG=$$
 BR=dlsbr$TAG
 NETS=()
 cleanup() {
-	for i in $(seq 0 $((N - 1))); do
-		[ -f "$T/pid$i" ] && kill -9 "$(cat "$T/pid$i")" 2>/dev/null || true
+	for f in "$T"/pid*; do
+		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
 	done
 	sleep 0.2
 	for ns in "${NETS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
@@ -109,6 +109,19 @@ wait_for() { # seconds, command...
 	for _ in $(seq $((s * 10))); do "$@" && return 0; sleep 0.1; done
 	return 1
 }
+
+# ---- a bad DLSHIM_NODE: a clear error, and the node serves local data ----
+mkdir -p "$T/solo" && head -c 50000 /dev/urandom >"$T/solo/f.bin" && mkdir -p -m 700 "$T/runbad"
+env DLSHIM_RUNTIME_DIR="$T/runbad" DLSHIM_ROOTS="$T/solo" DLSHIM_PEERS=127.0.0.1:24990,127.0.0.1:24991 \
+	DLSHIM_NODE=5 DLSHIM_IDLE_EXIT=300 "$B/dlshimd" --foreground >/dev/null 2>&1 &
+echo $! >"$T/pidbad"
+wait_for 10 test -S "$T/runbad/sock" || fail "coordinator with a bad DLSHIM_NODE did not start"
+got=$(env DLSHIM_RUNTIME_DIR="$T/runbad" DLSHIM_ROOTS="$T/solo" DLSHIM_PEERS=127.0.0.1:24990,127.0.0.1:24991 \
+	DLSHIM_NODE=5 LD_PRELOAD="$B/libdlshim.so" $PY -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest())' "$T/solo/f.bin")
+[ "$got" = "$(sha256sum "$T/solo/f.bin" | cut -d' ' -f1)" ] || fail "bad DLSHIM_NODE: wrong bytes"
+DLSHIM_RUNTIME_DIR="$T/runbad" "$B/dlshim" status | grep -q "multi-node off: DLSHIM_NODE=5 is out of range" ||
+	fail "status does not explain the bad DLSHIM_NODE"
+kill "$(cat "$T/pidbad")"
 
 # ---- a node whose peer is down reports it and serves locally ----
 start_node 0
