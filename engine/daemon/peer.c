@@ -404,6 +404,8 @@ static void fetch_reply(struct fetch *f, const struct peer_fetch_r *h, const str
 	int i = 0;
 	while (off < f->size) {
 		if (r >= h->nruns || i >= f->niov) {
+			/* Gets already issued finish the fetch from their callbacks. */
+			f->issued = 1;
 			fetch_fail(f, "%s", "the home's block list does not cover the file");
 			return;
 		}
@@ -417,8 +419,8 @@ static void fetch_reply(struct fetch *f, const struct peer_fetch_r *h, const str
 					   .user_data = f};
 		ucs_status_ptr_t q = ucp_get_nbx(nd->ep, (char *)f->iov[i].iov_base + io, n, raddr, nd->rkey, &prm);
 		if (UCS_PTR_IS_ERR(q)) {
+			f->issued = 1; /* before fetch_fail: it may complete (and release) f */
 			fetch_fail(f, "RMA read failed: %s", ucs_status_string(UCS_PTR_STATUS(q)));
-			f->issued = 1;
 			return;
 		}
 		if (q)

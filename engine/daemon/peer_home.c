@@ -142,13 +142,13 @@ static int load_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint64_t
 
 static void serve(struct req *r)
 {
-	uint32_t slot = 0, max = 1024;
+	uint32_t slot = 0, max;
 	uint64_t gen = 0, size = 0;
 	int64_t mtime = 0;
 	int rc = load_pinned(r->path, &slot, &gen, &size, &mtime);
+	/* Never more runs than blocks (a file is at most DLSHIM_MAX_ITEM). */
 	uint64_t need = (size + DLSHIM_BLOCK_SIZE - 1) / DLSHIM_BLOCK_SIZE;
-	if (need < max)
-		max = (uint32_t)need + 1;
+	max = need < (1u << 24) ? (uint32_t)need + 1 : 1u << 24;
 	char *m = malloc(sizeof(struct peer_fetch_r) + max * sizeof(struct peer_run));
 	uint32_t nruns = 0;
 	if (rc == 0) {
