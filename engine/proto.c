@@ -29,6 +29,7 @@ static const uint32_t payload_len[DLSHIM_MSG_TYPE_MAX] = {
 	[DLSHIM_MSG_DATASET] = VARIABLE,
 	[DLSHIM_MSG_ROWS] = VARIABLE,
 	[DLSHIM_MSG_ROWS_R] = sizeof(struct dlshim_msg_rows_r),
+	[DLSHIM_MSG_OPEN_PATH] = VARIABLE,
 };
 
 /* Returns 0 when `payload` or `len` is inconsistent (NULL with len > 0) or

@@ -521,6 +521,51 @@ broken:
 	return NULL;
 }
 
+int client_open_remote(const char *path, int flags, struct route **out)
+{
+	*out = NULL;
+	int c = pool_get();
+	if (c < 0)
+		return -1;
+	union {
+		struct dlshim_msg_open_r r;
+		char raw[sizeof(struct dlshim_msg_hdr) + 512];
+	} b;
+	int sfd = -1;
+	if (send_msg(pool[c].fd, DLSHIM_MSG_OPEN_PATH, path, (uint32_t)strlen(path) + 1, -1) < 0 ||
+	    recv_msg(pool[c].fd, &b, sizeof(b), DLSHIM_MSG_OPEN_R, &sfd) != sizeof(b.r)) {
+		pool_put(c, 1);
+		return -1;
+	}
+	struct segment *seg = current_seg;
+	pool_put(c, 0);
+	struct stat st;
+	if (b.r.status != DLSHIM_OPEN_R_HIT || sfd < 0 || seg == NULL || fstat(sfd, &st) < 0 ||
+	    (uint64_t)st.st_size != b.r.size) {
+		if (b.r.status == DLSHIM_OPEN_R_ABSENT)
+			shim_warn(W_PEERS, "%s is on no reachable node (see dlshimd.log in %s)", path, g_cfg.runtime_dir);
+		if (b.r.status == DLSHIM_OPEN_R_HIT)
+			client_release_slot(b.r.slot, b.r.gen);
+		if (sfd >= 0)
+			real.close(sfd);
+		return -1;
+	}
+	/* Received close-on-exec; keep it only if the program asked for it. */
+	if (!(flags & O_CLOEXEC))
+		real.fcntl(sfd, F_SETFD, 0);
+	struct route *r = route_new();
+	if (r == NULL)
+		return sfd; /* the descriptor alone is correct, only slower */
+	r->slot = b.r.slot;
+	r->gen = b.r.gen;
+	r->size = b.r.size;
+	r->view = &seg->view;
+	r->owner = getpid();
+	r->session = session_id;
+	*out = r;
+	return sfd;
+}
+
 static void release_msg(uint32_t slot, uint64_t gen, uint64_t bytes_cache, uint64_t bytes_pass);
 static void send_release(const struct dlshim_msg_release *m);
 

@@ -49,8 +49,9 @@ static int is_hdf5_name(const char *p)
 }
 
 /* Does this open concern a dataset file? Only read-only opens of paths
- * under a root qualify; everything else is never touched. */
-static int wants_route(int dirfd, const char *path, int flags)
+ * under a root qualify; everything else is never touched. `norm`, when
+ * given, receives the normalised absolute path. */
+static int wants_route_path(int dirfd, const char *path, int flags, char *norm)
 {
 	if (!g_active || g_in_shim || path == NULL)
 		return 0;
@@ -61,14 +62,15 @@ static int wants_route(int dirfd, const char *path, int flags)
 		return 0;
 	if (is_hdf5_name(path))
 		return 0;
-	char buf[DLSHIM_PATH_MAX], cwd[DLSHIM_PATH_MAX];
+	char local[DLSHIM_PATH_MAX], cwd[DLSHIM_PATH_MAX];
+	char *buf = norm ? norm : local;
 	long n;
 	if (path[0] == '/') {
 		/* Most absolute paths need no normalising: decide on them as they are. */
 		size_t len = clean_len(path);
-		if (len)
+		if (len && norm == NULL)
 			return dlshim_config_path_routed(&g_cfg, path, len);
-		n = dlshim_path_normalize(NULL, path, buf, sizeof(buf));
+		n = dlshim_path_normalize(NULL, path, buf, DLSHIM_PATH_MAX);
 	} else {
 		/* Relative paths cost a getcwd/readlink; absolute ones (the common
 		 * case for datasets) do not. */
@@ -83,7 +85,7 @@ static int wants_route(int dirfd, const char *path, int flags)
 				return 0;
 			cwd[l] = 0;
 		}
-		n = dlshim_path_normalize(cwd, path, buf, sizeof(buf));
+		n = dlshim_path_normalize(cwd, path, buf, DLSHIM_PATH_MAX);
 	}
 	return n > 0 && dlshim_config_path_routed(&g_cfg, buf, (size_t)n);
 }
@@ -100,6 +102,28 @@ static int pseudo_file(int fd, const struct stat *st)
 		return 1;
 	atomic_store_explicit(&plain_dev, (unsigned long long)st->st_dev, memory_order_relaxed);
 	return 0;
+}
+
+static int wants_route(int dirfd, const char *path, int flags) { return wants_route_path(dirfd, path, flags, NULL); }
+
+/* A dataset path missing here may live on a peer node (DLSHIM_PEERS): ask
+ * the coordinator. On any failure the caller's ENOENT stands. */
+static int open_remote(int dirfd, const char *path, int flags)
+{
+	char norm[DLSHIM_PATH_MAX];
+	if (!wants_route_path(dirfd, path, flags, norm))
+		return -1;
+	g_in_shim++;
+	struct route *r = NULL;
+	int fd = client_open_remote(norm, flags, &r);
+	if (fd >= 0 && r) {
+		if (fdt_set(fd, r) < 0)
+			route_put(r);
+		route_put(r); /* the table holds its own reference */
+	}
+	g_in_shim--;
+	errno = ENOENT;
+	return fd;
 }
 
 /* After the real open succeeded: register the descriptor with the cache. */
@@ -135,6 +159,8 @@ static int do_openat(int dirfd, const char *path, int flags, mode_t mode, int va
 	}
 	if (fd >= 0 && wants_route(dirfd, path, flags))
 		route_fd(fd);
+	else if (fd < 0 && errno == ENOENT && g_cfg.peers[0])
+		fd = open_remote(dirfd, path, flags);
 	return fd;
 }
 

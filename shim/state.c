@@ -188,8 +188,6 @@ static void do_init(void)
 	derive_job();
 	if (g_cfg.sampler == DLSHIM_SAMPLER_DSA)
 		shim_warn(W_DSA, "DLSHIM_SAMPLER=dsa (shared sampling) is not implemented yet; using chunk");
-	if (g_cfg.peers[0])
-		shim_warn(W_PEERS, "DLSHIM_PEERS is set but multi-node caching is not implemented yet; local cache only");
 	pthread_atfork(client_atfork_prepare, client_atfork_parent, client_atfork_child);
 	pthread_atfork(fdt_atfork_prepare, fdt_atfork_parent, fdt_atfork_child);
 	atexit(at_exit);

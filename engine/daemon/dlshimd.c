@@ -21,6 +21,7 @@
 #include "h5rows.h"
 #include "memlimit.h"
 #include "dlshim/rundir.h"
+#include "peer.h"
 
 struct daemon D;
 
@@ -98,6 +99,7 @@ static int make_segment(void)
 		dlog(DLSHIM_LOG_ERROR, "cannot map the shared segment: %s", strerror(errno));
 		return -1;
 	}
+	D.shm_base = base;
 	struct dlshim_engine_opts o = {.shm_base = base,
 				       .shm_len = D.shm_len,
 				       .evict = D.cfg.evict,
@@ -175,7 +177,8 @@ static void serve(void)
 		 * CLI polling stats must not keep jobs or the daemon alive. */
 		pthread_mutex_lock(&D.mu);
 		end_lingering_jobs();
-		int idle = D.nclients == 0 && time(NULL) - D.idle_since >= (time_t)D.cfg.idle_exit_s;
+		/* A node of a cluster is home for its peers' requests: it stays. */
+		int idle = D.nclients == 0 && time(NULL) - D.idle_since >= (time_t)D.cfg.idle_exit_s && !peer_enabled();
 		pthread_mutex_unlock(&D.mu);
 		if (idle) {
 			dlog(DLSHIM_LOG_INFO, "idle for %u s with no clients: exiting", D.cfg.idle_exit_s);
@@ -259,6 +262,7 @@ int main(int argc, char **argv)
 			return 1;
 		return 1;
 	}
+	peer_start(); /* multi-node is optional: on failure this node serves locally */
 	dlog(DLSHIM_LOG_INFO, "listening in %s, cache %zu bytes, eviction %s", D.cfg.runtime_dir, D.shm_len,
 	     dlshim_evict_name(D.cfg.evict));
 	if (ready_fd >= 0) {

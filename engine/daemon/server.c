@@ -15,6 +15,7 @@
 #include "dlshim/fileid.h"
 #include "dlshim/scan.h"
 #include "h5rows.h"
+#include "peer.h"
 
 struct conn {
 	int fd;
@@ -488,6 +489,26 @@ static int handle_dataset(struct conn *c, const void *payload, long len)
 	return reply(c, DLSHIM_MSG_TEXT, msg, (uint32_t)m, -1);
 }
 
+/* A path this node does not have: maybe a peer is its home. */
+static int handle_open_path(struct conn *c, const char *path, long len)
+{
+	struct dlshim_msg_open_r r;
+	int sfd = -1;
+	if (len < 2 || path[len - 1] != 0 || strlen(path) != (size_t)len - 1) {
+		dlog(DLSHIM_LOG_WARN, "dropping client: malformed path in OPEN_PATH");
+		return -1;
+	}
+	if (remote_open(c->s, path, &r, &sfd) == 0) {
+		pthread_mutex_lock(&D.mu);
+		session_add_pin(c->s, r.slot, r.gen);
+		pthread_mutex_unlock(&D.mu);
+	}
+	int rc = reply(c, DLSHIM_MSG_OPEN_R, &r, sizeof(r), sfd);
+	if (sfd >= 0)
+		close(sfd);
+	return rc;
+}
+
 static void handle_release(struct conn *c, const struct dlshim_msg_release *m)
 {
 	pthread_mutex_lock(&D.mu);
@@ -571,6 +592,8 @@ void *conn_thread(void *arg)
 		} else if (h.type == DLSHIM_MSG_OPEN && c->s) {
 			rc = handle_open(c, (const struct dlshim_msg_open *)buf, fd);
 			fd = -1;
+		} else if (h.type == DLSHIM_MSG_OPEN_PATH && c->s) {
+			rc = handle_open_path(c, (const char *)buf, n);
 		} else if (h.type == DLSHIM_MSG_DATASET && c->s) {
 			rc = handle_dataset(c, buf, n);
 		} else if (h.type == DLSHIM_MSG_ROWS && c->s) {

@@ -31,6 +31,7 @@ enum dlshim_msg_type {
 	DLSHIM_MSG_DATASET,       /* c->d: declare the job's dataset (struct dlshim_msg_dataset + text); reply TEXT */
 	DLSHIM_MSG_ROWS,          /* c->d: rows of an HDF5 dataset (struct dlshim_msg_rows + names); reply ROWS_R */
 	DLSHIM_MSG_ROWS_R,
+	DLSHIM_MSG_OPEN_PATH,     /* c->d: open a path absent locally (multi-node); payload path + NUL; reply OPEN_R */
 	DLSHIM_MSG_TYPE_MAX
 };
 
@@ -75,6 +76,7 @@ enum dlshim_open_status {
 	DLSHIM_OPEN_R_HIT = 1,    /* served from slot/gen */
 	DLSHIM_OPEN_R_PASS,       /* read the real file */
 	DLSHIM_OPEN_R_NEED_FD,    /* send LOADFD with the descriptor, then wait for OPEN_R */
+	DLSHIM_OPEN_R_ABSENT,     /* OPEN_PATH: on no reachable node (the client keeps its ENOENT) */
 };
 
 #define DLSHIM_OPEN_R_F_FD 1u /* a descriptor of the served (redirected) file accompanies */
