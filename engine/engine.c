@@ -637,7 +637,7 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 		dlshim_engine_item_changed(e, it, id);
 	}
 	if (jb->mode != DLSHIM_REDIRECT_OFF && x->group[GKIND(jb)] != NONE) {
-		redirect_open(e, j, it, res);
+		redirect_open(e, j, it, flags, res);
 		return;
 	}
 	if (!retry) {
@@ -645,6 +645,10 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 		eng_job_consume(e, jb, it, it);
 	}
 	if (x->state == ITEM_LOADING) {
+		if (flags & DLSHIM_OPEN_F_NOWAIT) {
+			jb->st.passthrough++; /* the client reads its own file */
+			return;
+		}
 		res->kind = DLSHIM_OPEN_WAIT;
 		jb->st.waits++;
 		return;

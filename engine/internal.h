@@ -157,7 +157,7 @@ int order_epoch_end(struct dlshim_engine *e, struct job *jb, struct dlshim_order
 void order_free(struct order_track *t);
 
 /* redirect.c */
-void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_open_result *res);
+void redirect_open(struct dlshim_engine *e, int j, uint32_t req, unsigned flags, struct dlshim_open_result *res);
 void redirect_cut_groups(struct dlshim_engine *e, uint32_t chunk);
 void redirect_job_end(struct dlshim_engine *e, struct job *jb);
 

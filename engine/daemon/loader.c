@@ -135,14 +135,18 @@ static void populate(const struct iovec *iov, int n)
 
 /* Tests make a load overlap a rewrite for certain: DLSHIM_TEST_LOAD_PAUSE_MS
  * pauses every load after its first read (never set in production). */
+static long pause_ms;
+static void read_pause_ms(void)
+{
+	const char *v = getenv("DLSHIM_TEST_LOAD_PAUSE_MS");
+	pause_ms = v ? atol(v) : 0;
+}
+
 static long test_pause_ms(void)
 {
-	static long ms = -1;
-	if (ms < 0) {
-		const char *v = getenv("DLSHIM_TEST_LOAD_PAUSE_MS");
-		ms = v ? atol(v) : 0;
-	}
-	return ms;
+	static pthread_once_t once = PTHREAD_ONCE_INIT; /* loader threads ask at once */
+	pthread_once(&once, read_pause_ms);
+	return pause_ms;
 }
 
 /* Same size, mtime and ctime before and after the read: nothing wrote to

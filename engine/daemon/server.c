@@ -248,9 +248,9 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd)
 		clock_gettime(CLOCK_REALTIME, &dl);
 		dl.tv_sec += 5;
 		if (pthread_cond_timedwait(&D.loaded, &D.mu, &dl) == ETIMEDOUT) {
-			res.kind = DLSHIM_OPEN_PASS;
-			res.item = res.requested;
-			res.nload = 0;
+			/* Decide without waiting, so that in redirect modes the
+			 * file the client reads is the one recorded as served. */
+			dlshim_engine_open(D.eng, c->s->job, &id, flags | DLSHIM_OPEN_F_NOWAIT, &res);
 			break;
 		}
 	}
@@ -479,13 +479,15 @@ static int handle_dataset(struct conn *c, const void *payload, long len)
 	char err[256] = "";
 	long n = declare_files(c->s->job, roots, list, (enum dlshim_redirect)d.redirect, d.chunk, err, sizeof(err));
 	struct dlshim_cache_stats cs;
+	char name[DLSHIM_JOB_MAX + 1];
 	pthread_mutex_lock(&D.mu);
 	dlshim_engine_cache_stats(D.eng, &cs);
+	snprintf(name, sizeof(name), "%s", dlshim_engine_job_name(D.eng, c->s->job)); /* the job table changes under D.mu */
 	pthread_mutex_unlock(&D.mu);
 	int m = n < 0 ? snprintf(msg, sizeof(msg), "error: %s", err)
 		      : snprintf(msg, sizeof(msg), "files %ld redirect %s chunk %u", n,
 				 dlshim_redirect_name((enum dlshim_redirect)d.redirect), cs.chunk_files);
-	dlog(DLSHIM_LOG_INFO, "job %s dataset: %s", dlshim_engine_job_name(D.eng, c->s->job), msg);
+	dlog(DLSHIM_LOG_INFO, "job %s dataset: %s", name, msg);
 	return reply(c, DLSHIM_MSG_TEXT, msg, (uint32_t)m, -1);
 }
 

@@ -158,7 +158,8 @@ const char *dlshim_engine_job_name(struct dlshim_engine *e, int job);
 int dlshim_engine_job_live(struct dlshim_engine *e, int job);
 int dlshim_engine_njobs(struct dlshim_engine *e);   /* ids are 0..njobs-1, live or not */
 
-#define DLSHIM_OPEN_F_RETRY 1u /* asking again after WAIT: not a new request */
+#define DLSHIM_OPEN_F_RETRY 1u  /* asking again after WAIT: not a new request */
+#define DLSHIM_OPEN_F_NOWAIT 2u /* waited too long: decide now (HIT, a load or PASS), never WAIT */
 
 /* Request the file `id` for `job`. Never blocks. */
 void dlshim_engine_open(struct dlshim_engine *e, int job, const struct dlshim_file_id *id,
