@@ -21,7 +21,7 @@
 #include "h5rows.h"
 #include "memlimit.h"
 #include "dlshim/rundir.h"
-#include "peer.h"
+#include "peer_module.h"
 
 struct daemon D;
 
@@ -178,7 +178,7 @@ static void serve(void)
 		pthread_mutex_lock(&D.mu);
 		end_lingering_jobs();
 		/* A node of a cluster is home for its peers' requests: it stays. */
-		int idle = D.nclients == 0 && time(NULL) - D.idle_since >= (time_t)D.cfg.idle_exit_s && !peer_enabled();
+		int idle = D.nclients == 0 && time(NULL) - D.idle_since >= (time_t)D.cfg.idle_exit_s && !peer_module_enabled();
 		pthread_mutex_unlock(&D.mu);
 		if (idle) {
 			dlog(DLSHIM_LOG_INFO, "idle for %u s with no clients: exiting", D.cfg.idle_exit_s);
@@ -262,7 +262,7 @@ int main(int argc, char **argv)
 			return 1;
 		return 1;
 	}
-	peer_start(); /* multi-node is optional: on failure this node serves locally */
+	peer_module_start(); /* multi-node is optional: on failure this node serves locally */
 	dlog(DLSHIM_LOG_INFO, "listening in %s, cache %zu bytes, eviction %s", D.cfg.runtime_dir, D.shm_len,
 	     dlshim_evict_name(D.cfg.evict));
 	if (ready_fd >= 0) {

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "peer.h"
+#include "peer_module.h"
 
 static char names[512];
 static pthread_once_t once = PTHREAD_ONCE_INIT;

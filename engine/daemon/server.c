@@ -15,7 +15,7 @@
 #include "dlshim/fileid.h"
 #include "dlshim/scan.h"
 #include "h5rows.h"
-#include "peer.h"
+#include "peer_module.h"
 
 struct conn {
 	int fd;
@@ -500,7 +500,7 @@ static int handle_open_path(struct conn *c, const char *path, long len)
 		dlog(DLSHIM_LOG_WARN, "dropping client: malformed path in OPEN_PATH");
 		return -1;
 	}
-	if (remote_open(c->s, path, &r, &sfd) == 0) {
+	if (peer_module_remote_open(c->s, path, &r, &sfd) == 0) {
 		pthread_mutex_lock(&D.mu);
 		session_add_pin(c->s, r.slot, r.gen);
 		pthread_mutex_unlock(&D.mu);

@@ -6,7 +6,7 @@
 
 #include "daemon.h"
 #include "extent_read.h"
-#include "peer.h"
+#include "peer_module.h"
 
 struct out {
 	char *p;
@@ -113,7 +113,7 @@ size_t stats_json(char *buf, size_t cap, int job)
 	    D.cfg.extent_reads ? "auto" : "off", (unsigned long long)xs.files, (unsigned long long)xs.file_bytes,
 	    (unsigned long long)xs.runs, (unsigned long long)xs.device_bytes);
 	static char peers[64 * 1024];
-	peer_json(peers, sizeof(peers));
+	peer_module_json(peers, sizeof(peers));
 	put(&o, " \"peers\":%s,\n", peers);
 	put(&o, " \"jobs\":[");
 	int n = dlshim_engine_njobs(D.eng);

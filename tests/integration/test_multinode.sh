@@ -123,10 +123,31 @@ DLSHIM_RUNTIME_DIR="$T/runbad" "$B/dlshim" status | grep -q "multi-node off: DLS
 	fail "status does not explain the bad DLSHIM_NODE"
 kill "$(cat "$T/pidbad")"
 
+# ---- UCX is loaded only where peers are configured ----
+mkdir -p -m 700 "$T/runsolo"
+env DLSHIM_RUNTIME_DIR="$T/runsolo" DLSHIM_ROOTS="$T/solo" DLSHIM_IDLE_EXIT=300 "$B/dlshimd" --foreground >/dev/null 2>&1 &
+echo $! >"$T/pidsolo"
+wait_for 10 test -S "$T/runsolo/sock" || fail "single-node coordinator did not start"
+! grep -q "libucp" "/proc/$(cat "$T/pidsolo")/maps" || fail "a single-node coordinator mapped libucp"
+kill "$(cat "$T/pidsolo")"
+# A coordinator binary without its multi-node module next to it says so and serves locally.
+mkdir -p "$T/bin" -m 700 "$T/runnomod" && cp "$B/dlshimd" "$T/bin/"
+env DLSHIM_RUNTIME_DIR="$T/runnomod" DLSHIM_ROOTS="$T/solo" DLSHIM_PEERS=127.0.0.1:24990,127.0.0.1:24991 \
+	DLSHIM_NODE=0 DLSHIM_IDLE_EXIT=300 "$T/bin/dlshimd" --foreground >/dev/null 2>&1 &
+echo $! >"$T/pidnomod"
+wait_for 10 test -S "$T/runnomod/sock" || fail "coordinator without the module did not start"
+DLSHIM_RUNTIME_DIR="$T/runnomod" "$B/dlshim" status | grep -q "multi-node off: multi-node module dlshimd-peers.so not found" ||
+	fail "status does not explain the missing multi-node module"
+got=$(env DLSHIM_RUNTIME_DIR="$T/runnomod" DLSHIM_ROOTS="$T/solo" DLSHIM_DAEMON="$T/bin/dlshimd" \
+	LD_PRELOAD="$B/libdlshim.so" $PY -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest())' "$T/solo/f.bin")
+[ "$got" = "$(sha256sum "$T/solo/f.bin" | cut -d' ' -f1)" ] || fail "without the module: wrong bytes"
+kill "$(cat "$T/pidnomod")"
+
 # ---- a node whose peer is down reports it and serves locally ----
 start_node 0
 start_node 1
 wait_for 15 peers_up 0 1 || { cat "$T"/run*/dlshimd.log; fail "nodes 0 and 1 did not connect"; }
+grep -q "libucp" "/proc/$(cat "$T/pid0")/maps" || fail "node 0 runs multi-node without its UCX module mapped?"
 DLSHIM_RUNTIME_DIR="$T/run0" "$B/dlshim" status >"$T/status0" || fail "dlshim status failed"
 cat "$T/status0"
 grep -q "node 2 .*unreachable" "$T/status0" || fail "status does not show node 2 as unreachable"

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "../../engine/daemon/peer_members.c"
+#include "../../engine/daemon/peers/peer_members.c"
 
 static struct peer_addr a[PEER_MAX_NODES];
 

@@ -933,14 +933,6 @@ void peer_count_remote(int ok, uint64_t bytes, int local_hit)
 
 /* ---- stats ---- */
 
-static void json_str(char *out, size_t cap, const char *s)
-{
-	size_t o = 0;
-	for (; *s && o + 1 < cap; s++)
-		out[o++] = (*s == '"' || *s == '\\' || (unsigned char)*s < 0x20) ? '?' : *s;
-	out[o] = 0;
-}
-
 size_t peer_json(char *buf, size_t cap)
 {
 	size_t len = 0;
@@ -952,9 +944,9 @@ size_t peer_json(char *buf, size_t cap)
 		}                                                                 \
 	} while (0)
 	char e[600], devs[600];
-	json_str(devs, sizeof(devs), rdma_devices());
+	peer_json_str(devs, sizeof(devs), rdma_devices());
 	if (!P.on) {
-		json_str(e, sizeof(e), P.error);
+		peer_json_str(e, sizeof(e), P.error);
 		PUT("{\"enabled\":false,\"error\":\"%s\",\"rdma_devices\":\"%s\"}", e, devs);
 		return len;
 	}
@@ -969,9 +961,9 @@ size_t peer_json(char *buf, size_t cap)
 	for (int i = 0; i < P.n; i++) {
 		struct node *nd = &P.nodes[i];
 		char a[300], t[260];
-		json_str(a, sizeof(a), nd->a.name);
-		json_str(e, sizeof(e), nd->err);
-		json_str(t, sizeof(t), nd->transport);
+		peer_json_str(a, sizeof(a), nd->a.name);
+		peer_json_str(e, sizeof(e), nd->err);
+		peer_json_str(t, sizeof(t), nd->transport);
 		if (i == P.self)
 			PUT("%s{\"index\":%d,\"addr\":\"%s\",\"self\":true}", i ? "," : "", i, a);
 		else
