@@ -80,6 +80,6 @@ void peer_send_fetch_r(int node, void *msg, size_t len);
  * everywhere, or its home is unreachable: logged with the reason). */
 int remote_open(struct session *s, const char *path, struct dlshim_msg_open_r *r, int *sfd);
 
-#include "peer_module.h" /* rdma_devices(), in the coordinator itself */
+#include "../peer_module.h" /* rdma_devices(), in the coordinator itself */
 
 #endif
