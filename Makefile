@@ -59,7 +59,7 @@ $(CLI): $(CLI_OBJ) $(ENGINE_LIB)
 
 $(BUILD)/tests/%: tests/unit/%.c $(ENGINE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Iengine -o $@ $< $(ENGINE_LIB) -lcmocka -lpthread
+	$(CC) $(CFLAGS) -Iengine -o $@ $< $(ENGINE_LIB) -lcmocka -lpthread -lm
 
 $(BUILD)/progs/%: tests/progs/%.c
 	@mkdir -p $(dir $@)
@@ -78,7 +78,7 @@ $(BUILD)/asan/libdlshim_engine.a: $(ENGINE_SRC:%.c=$(BUILD)/asan/obj/%.o)
 	rm -f $@ && ar rcs $@ $^
 $(BUILD)/asan/tests/%: tests/unit/%.c $(BUILD)/asan/libdlshim_engine.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(SAN_FLAGS) -Iengine -o $@ $< $(BUILD)/asan/libdlshim_engine.a -lcmocka -lpthread
+	$(CC) $(CFLAGS) $(SAN_FLAGS) -Iengine -o $@ $< $(BUILD)/asan/libdlshim_engine.a -lcmocka -lpthread -lm
 
 # The coordinator under ThreadSanitizer (its threads share the engine).
 $(BUILD)/tsan/dlshimd: $(ENGINE_SRC) $(DAEMON_SRC) $(wildcard include/dlshim/*.h engine/*.h engine/daemon/*.h)
