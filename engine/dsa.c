@@ -328,6 +328,16 @@ uint32_t dlshim_dsa_item(struct dlshim_dsa *d, uint64_t dev, uint64_t ino)
 	return it;
 }
 
+uint32_t dlshim_dsa_find(const struct dlshim_dsa *d, uint64_t dev, uint64_t ino)
+{
+	struct inode_key q, *k;
+	memset(&q, 0, sizeof(q));
+	q.key.dev = dev;
+	q.key.ino = ino;
+	HASH_FIND(hh, d->index, &q.key, sizeof(q.key), k);
+	return k ? k->item : NONE;
+}
+
 uint32_t dlshim_dsa_nitems(const struct dlshim_dsa *d) { return d->nitems; }
 
 static int valid_job(const struct dlshim_dsa *d, int j) { return j >= 0 && j < MAXJ && d->jobs[j].live; }

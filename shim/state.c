@@ -186,8 +186,6 @@ static void do_init(void)
 		return;
 	}
 	derive_job();
-	if (g_cfg.sampler == DLSHIM_SAMPLER_DSA)
-		shim_warn(W_DSA, "DLSHIM_SAMPLER=dsa (shared sampling) is not implemented yet; using chunk");
 	if (g_cfg.peers[0])
 		shim_warn(W_PEERS, "DLSHIM_PEERS is set but multi-node caching is not implemented yet; local cache only");
 	pthread_atfork(client_atfork_prepare, client_atfork_parent, client_atfork_child);

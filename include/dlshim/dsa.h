@@ -32,6 +32,8 @@ void dlshim_dsa_destroy(struct dlshim_dsa *d);
 
 /* The item index of a file, created on first sight; NONE on allocation failure. */
 uint32_t dlshim_dsa_item(struct dlshim_dsa *d, uint64_t dev, uint64_t ino);
+/* The item index of a known file, NONE if never seen. */
+uint32_t dlshim_dsa_find(const struct dlshim_dsa *d, uint64_t dev, uint64_t ino);
 uint32_t dlshim_dsa_nitems(const struct dlshim_dsa *d);
 
 /* Insert a job's dataset (duplicates and unknown indices are ignored).

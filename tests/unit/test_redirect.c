@@ -644,6 +644,9 @@ struct cfg {
 	enum dlshim_evict evict;
 };
 
+/* Sampler of the jobs run_cfg starts (test_permutation_dsa sets dsa). */
+static enum dlshim_sampler cfg_sampler = DLSHIM_SAMPLER_CHUNK;
+
 struct outcome {
 	uint64_t requests, redirects, reopens, waits, passes, evictions, waste, ahead;
 	uint32_t chunk_files, max_nload;
@@ -668,6 +671,8 @@ static struct outcome run_cfg(const struct cfg *c, uint64_t seed)
 		snprintf(name, sizeof(name), "job%u", k);
 		int job = dlshim_engine_job_attach(r->e, name);
 		assert_int_equal(job, (int)k);
+		dlshim_engine_job_set_sampler(r->e, job, cfg_sampler);
+		assert_int_equal(dlshim_engine_job_sampler(r->e, job), cfg_sampler);
 		jrun_init(&jr[k], job, &d, c->epochs, seed);
 		jr[k].reopen_pct = c->reopen_pct;
 		jrun_declare(r, &jr[k], c->mode, c->chunk);
@@ -786,6 +791,26 @@ static void test_permutation_two_jobs(void **state)
 		 0},
 	};
 	run_cfgs(cs, sizeof(cs) / sizeof(cs[0]), 3);
+}
+
+/* The shared sampler (DLSHIM_SAMPLER=dsa) under the same interleavings,
+ * re-opens, deferred loads and small caches: every job's every group epoch
+ * is still a permutation of the group, always served from the group. */
+static void test_permutation_dsa(void **state)
+{
+	(void)state;
+	static const struct cfg cs[] = {
+		{"dsa 1 job dir, cache 1/3", DLSHIM_REDIRECT_DIR, {1, 6, 5, 30, 1, 0, SZ, 0}, 0, 33, 1, 3, 0, 0, 0},
+		{"dsa 2 jobs dir, cache 1/3", DLSHIM_REDIRECT_DIR, {1, 6, 5, 30, 1, 0, SZ, 0}, 0, 33, 2, 3, 0, 0, 0},
+		{"dsa 3 jobs any, cache 1/4, defer+reopen", DLSHIM_REDIRECT_ANY, {1, 6, 5, 30, 1, 0, SZ, 0}, 4, 25, 3, 3,
+		 40, 20, 0},
+		{"dsa 4 jobs dir x 3 exts, cache 2x", DLSHIM_REDIRECT_DIR, {1, 20, 1, 6, 3, 0, SZ, 0}, 0, 200, 4, 3, 20,
+		 20, 0},
+		{"dsa 2 jobs dir, tiny cache", DLSHIM_REDIRECT_DIR, {1, 4, 10, 40, 1, 0, SZ, 0}, 16, 8, 2, 3, 0, 0, 0},
+	};
+	cfg_sampler = DLSHIM_SAMPLER_DSA;
+	run_cfgs(cs, sizeof(cs) / sizeof(cs[0]), 3);
+	cfg_sampler = DLSHIM_SAMPLER_CHUNK;
 }
 
 /* Two jobs with a cache smaller than one chunk: partial chunk loads must not
@@ -1525,6 +1550,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_permutation_deferred_and_reopen, teardown),
 		cmocka_unit_test_teardown(test_permutation_two_jobs, teardown),
 		cmocka_unit_test_teardown(test_permutation_two_jobs_tiny_cache, teardown),
+		cmocka_unit_test_teardown(test_permutation_dsa, teardown),
 		cmocka_unit_test_teardown(test_groups_of_one, teardown),
 		cmocka_unit_test_teardown(test_groups_smaller_than_chunk, teardown),
 		cmocka_unit_test_teardown(test_empty_dataset, teardown),
