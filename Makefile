@@ -29,7 +29,7 @@ ENGINE_LIB := $(BUILD)/libdlshim_engine.a
 DAEMON := $(BUILD)/dlshimd
 CLI := $(BUILD)/dlshim
 
-.PHONY: demo all test unit unit-asan integration deps bench bench-core bench-redirect fidelity install clean lint valgrind
+.PHONY: demo all test unit unit-asan integration deps bench bench-core bench-redirect bench-sampling fidelity install clean lint valgrind
 all: $(LIB) $(DAEMON) $(CLI) $(HELPER_BIN)
 
 # The README's first command: set everything up and run the multi-job demo.
@@ -163,3 +163,12 @@ $(FUZZ_REPLAY_BIN):
 # Seeds as they are plus 20000 deterministic mutations of each.
 fuzz-replay: $(FUZZ_REPLAY_BIN)
 	@for t in $(FUZZ_TARGETS); do $(BUILD)/asan/fuzz/replay_$$t -m 20000 tests/fuzz/corpus/$$t || exit 1; done
+
+# Shared sampling in a cache simulator and the sampling tree's costs
+# (docs/bench-sampling.md): CSVs in bench/results, plots in docs/img.
+$(BUILD)/bench_sampling: bench/bench_sampling.c $(ENGINE_LIB)
+	$(CC) $(CFLAGS) -Iengine -o $@ $< $(ENGINE_LIB) -lm
+bench-sampling: $(BUILD)/bench_sampling
+	$(BUILD)/bench_sampling misses bench/results/sampling_misses.csv
+	$(BUILD)/bench_sampling tree bench/results/sampling_tree.csv 128
+	/usr/bin/python3 bench/plot_sampling.py bench/results docs/img
