@@ -304,6 +304,7 @@ static int tree_main(const char *path, int njobs)
 	for (int r = 0; r < rounds; r++)
 		drawn += dlshim_dsa_round(d, all, out);
 	double samp = now() - t;
+	uint32_t cells_rounds = dlshim_dsa_ncells(d);
 	/* one job alone (a fast job's partial sampling) */
 	struct dlshim_dsa_mask one = {{1ULL << slots[0], 0}};
 	t = now();
@@ -329,6 +330,8 @@ static int tree_main(const char *path, int njobs)
 	fprintf(f, "cells_after_insert,%u,\n", cells);
 	fprintf(f, "insert_mean,%.4f,s\n", ins / njobs);
 	fprintf(f, "insert_max,%.4f,s\n", ins_max);
+	fprintf(f, "rounds,%d,\n", rounds);
+	fprintf(f, "cells_after_rounds,%u,\n", cells_rounds);
 	fprintf(f, "sample_per_item,%.3f,us\n", samp / (double)drawn * 1e6);
 	fprintf(f, "round_all_jobs,%.1f,us\n", samp / rounds * 1e6);
 	fprintf(f, "round_one_job,%.2f,us\n", alone * 1e6);
