@@ -52,6 +52,7 @@ struct cell {
 	mask_t sig;                /* jobs that have not drawn these items this epoch */
 	uint32_t *it, n, cap;
 	uint32_t id, live_pos;     /* live_pos NONE while free */
+	uint32_t s;                /* during a round: first suffix of the order it contains */
 	uint32_t memo_stamp, memo_dest; /* insertion: where this cell's items go */
 	UT_hash_handle hh;
 };
@@ -82,6 +83,8 @@ struct dlshim_dsa {
 	uint32_t ncells, ccap;
 	uint32_t *free_cells, nfree;
 	uint32_t *live, nlive;     /* cells holding items */
+	uint32_t *sorted, sorted_cap; /* during a round: live cells by suffix bucket */
+	uint32_t bstart[MAXJ + 2];
 	struct cell *by_sig;
 	struct djob jobs[MAXJ];
 	uint32_t window, stamp;
@@ -282,6 +285,7 @@ void dlshim_dsa_destroy(struct dlshim_dsa *d)
 	free(d->cells);
 	free(d->free_cells);
 	free(d->live);
+	free(d->sorted);
 	free(d->cell_of);
 	free(d->pos);
 	free(d->pending);
@@ -476,13 +480,94 @@ static int queue_reserve(struct djob *jb)
 	return 0;
 }
 
-/* Uniform item among the cells whose signature contains `in` and does not
- * contain `out` (has_out) — the r-th of them in live order. */
-static uint32_t nth_item(struct dlshim_dsa *d, mask_t in, mask_t out, int has_out, uint64_t r)
+/* The jobs of a round only ever leave from the front of their sorted
+ * order, so every level's job set is a suffix order[f..n-1]. One pass gives
+ * each cell the first f whose suffix it contains (cell->s) and buckets the
+ * cells by it; a level's vertex is then the cells with f_prev < s <= f and
+ * its size a difference of prefix sums, instead of a scan per level. */
+static int bucket_cells(struct dlshim_dsa *d, const int *order, int n, uint64_t *cum)
 {
+	mask_t sm[MAXJ + 1];
+	sm[n] = (mask_t){{0, 0}};
+	for (int f = n - 1; f >= 0; f--) {
+		sm[f] = sm[f + 1];
+		m_set(&sm[f], order[f]);
+	}
+	if (grow((void **)&d->sorted, &d->sorted_cap, d->nlive, sizeof(uint32_t)))
+		return -1;
+	uint32_t cnt[MAXJ + 2] = {0};
+	memset(cum, 0, (size_t)(n + 1) * sizeof(uint64_t));
 	for (uint32_t i = 0; i < d->nlive; i++) {
 		struct cell *c = d->cells[d->live[i]];
-		if (!m_sup(c->sig, in) || (has_out && m_sup(c->sig, out)))
+		int lo = 0, hi = n; /* smallest f with sig >= sm[f]; sm[n] always fits */
+		while (lo < hi) {
+			int mid = (lo + hi) / 2;
+			if (m_sup(c->sig, sm[mid]))
+				hi = mid;
+			else
+				lo = mid + 1;
+		}
+		c->s = (uint32_t)lo;
+		cnt[lo + 1]++;
+		cum[lo] += c->n;
+	}
+	for (int f = 1; f <= n; f++)
+		cum[f] += cum[f - 1];
+	for (int f = 1; f <= n + 1; f++)
+		cnt[f] += cnt[f - 1];
+	for (int f = 0; f <= n; f++)
+		d->bstart[f] = cnt[f];
+	d->bstart[n + 1] = d->nlive;
+	for (uint32_t i = 0; i < d->nlive; i++) {
+		struct cell *c = d->cells[d->live[i]];
+		d->sorted[cnt[c->s]++] = c->id;
+	}
+	return 0;
+}
+
+/* The r-th item of the cells with lo < s <= hi that hold job j (any job when j < 0). */
+static uint32_t nth_in_buckets(struct dlshim_dsa *d, int lo, int hi, int j, uint64_t r)
+{
+	for (uint32_t k = d->bstart[lo + 1]; k < d->bstart[hi + 1]; k++) {
+		struct cell *c = d->cells[d->sorted[k]];
+		if (j >= 0 && !m_has(c->sig, j))
+			continue;
+		if (r < c->n)
+			return c->it[r];
+		r -= c->n;
+	}
+	return NONE;
+}
+
+/* Job j alone, uniform over its remaining items outside the cells with
+ * s <= f (w of them). Rejection from its dataset is O(1) while w is a fair
+ * share of it; after a few misses the exact walk decides (both uniform). */
+static uint32_t lone_draw(struct dlshim_dsa *d, int j, int f, int n, uint64_t w)
+{
+	const struct djob *jb = &d->jobs[j];
+	for (int t = 0; t < 8; t++) {
+		uint32_t it = jb->ds[below(d, jb->nds)];
+		const struct cell *c = d->cells[d->cell_of[it]];
+		if (m_has(c->sig, j) && (int)c->s > f)
+			return it;
+	}
+	return nth_in_buckets(d, f, n, j, below(d, w));
+}
+
+/* Uniform over all of job j's remaining items, by rejection from its
+ * dataset, else the exact walk over the cells holding j. */
+static uint32_t alone_uniform(struct dlshim_dsa *d, int j)
+{
+	const struct djob *jb = &d->jobs[j];
+	for (int t = 0; t < 8; t++) {
+		uint32_t it = jb->ds[below(d, jb->nds)];
+		if (m_has(d->cells[d->cell_of[it]]->sig, j))
+			return it;
+	}
+	uint64_t r = below(d, jb->rem);
+	for (uint32_t i = 0; i < d->nlive; i++) {
+		const struct cell *c = d->cells[d->live[i]];
+		if (!m_has(c->sig, j))
 			continue;
 		if (r < c->n)
 			return c->it[r];
@@ -513,20 +598,20 @@ uint32_t dlshim_dsa_round(struct dlshim_dsa *d, mask_t who, uint32_t *out)
 		mask_t sel;
 		uint32_t item;
 	} pick[MAXJ];
-	int npick = 0, first = 0;
-	mask_t P = {{0, 0}}, prev = {{0, 0}};
-	for (int k = 0; k < n; k++)
-		m_set(&P, order[k]);
+	int npick = 0, first = 0, prev = -1; /* level job set: order[first..n-1] */
+	uint64_t cum[MAXJ + 1];
+	if (n == 1) {
+		/* a job alone (partial sampling): no vertex to form */
+		pick[0].sel = (mask_t){{0, 0}};
+		m_set(&pick[0].sel, order[0]);
+		pick[0].item = alone_uniform(d, order[0]);
+		npick = first = 1;
+	} else if (n == 0 || bucket_cells(d, order, n, cum) < 0) {
+		return 0;
+	}
 	uint64_t xprev = 0;
-	int has_prev = 0;
 	while (first < n) {
-		uint64_t x = 0;
-		for (uint32_t i = 0; i < d->nlive; i++) {
-			struct cell *c = d->cells[d->live[i]];
-			if (m_sup(c->sig, P))
-				x += c->n;
-		}
-		uint64_t vert = x - xprev, nprev = vert;
+		uint64_t x = cum[first], vert = x - xprev, nprev = vert;
 		mask_t sel = {{0, 0}};
 		int k = first;
 		for (; k < n; k++) {
@@ -538,24 +623,20 @@ uint32_t dlshim_dsa_round(struct dlshim_dsa *d, mask_t who, uint32_t *out)
 			nprev = ni;
 		}
 		uint32_t it;
+		int level = first;
 		if (k > first) {
-			it = nth_item(d, P, prev, has_prev, below(d, vert));
+			it = nth_in_buckets(d, prev, first, -1, below(d, vert));
+			first = k;
 		} else {
 			/* nobody took the vertex: J_1 draws from its part outside it */
 			int j1 = order[first++];
-			mask_t one = {{0, 0}};
-			m_set(&one, j1);
-			uint64_t w = d->jobs[j1].rem - x;
-			it = nth_item(d, one, P, 1, below(d, w));
-			sel = one;
+			m_set(&sel, j1);
+			it = lone_draw(d, j1, level, n, d->jobs[j1].rem - x);
 		}
-		first = k > first ? k : first;
 		pick[npick].sel = sel;
 		pick[npick++].item = it;
-		prev = P;
-		has_prev = 1;
+		prev = level;
 		xprev = x;
-		P = m_andnot(P, sel);
 	}
 	/* Apply the draws only now: every level above saw the same cells. */
 	uint32_t drawn = 0;
