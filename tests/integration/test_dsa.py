@@ -8,7 +8,9 @@ each Dataset received (sha256 of the bytes it read):
   * each job's every epoch is a permutation of the dataset;
 and from the coordinator (`dlshim stats --json`): every job ran with the
 sampler asked for, and the bytes read from disk are well below what the jobs
-read in all (one disk read serves several jobs). The same runs with the
+read in all (one disk read serves several jobs): at most 0.6 of it (measured
+0.44-0.48 with dsa and half the dataset cached; without sharing it is 1, and
+the chunk sampler in the same setting reads about 3x). The same runs with the
 chunk sampler, for comparison.
 """
 import collections
@@ -73,7 +75,7 @@ def check_log(label, log, manifest, by_hash, images):
                 "dups %s missing %s" % (dup[:5], missing[:5]))
 
 
-def run_jobs(env, root, manifest, sampler, pauses, starts, workers, cache, bound=0.5):
+def run_jobs(env, root, manifest, sampler, pauses, starts, workers, cache, bound=0.6):
     """Returns the disk bytes over the bytes the jobs read (None on failure).
     `bound`: the most that ratio may be; None only reports it."""
     label = "%s/%d jobs/cache %s" % (sampler, len(pauses), cache)
