@@ -813,6 +813,56 @@ static void test_permutation_dsa(void **state)
 	cfg_sampler = DLSHIM_SAMPLER_CHUNK;
 }
 
+/* Two jobs on one dataset, one twice as fast as the other, half the
+ * dataset cached: files loaded from disk over both jobs' two epochs. */
+static uint64_t two_speeds_loads(enum dlshim_sampler smp, enum dlshim_evict pol, uint64_t seed)
+{
+	uint64_t rng = seed * 0x2545F4914F6CDD1DULL + 5;
+	static const struct layout L = {1, 4, 30, 30, 1, 0, SZ, 0};
+	struct ds d;
+	ds_build(&d, &L, DLSHIM_REDIRECT_DIR, &rng);
+	struct rig *r = rig_new(d.blocks / 2 * BS, pol, seed);
+	struct jrun jr[2];
+	for (int k = 0; k < 2; k++) {
+		int job = dlshim_engine_job_attach(r->e, k ? "slow" : "fast");
+		dlshim_engine_job_set_sampler(r->e, job, smp);
+		jrun_init(&jr[k], job, &d, 2, seed + (uint64_t)k);
+		jrun_declare(r, &jr[k], DLSHIM_REDIRECT_DIR, 0);
+	}
+	for (uint32_t step = 0;; step++) {
+		int a = jrun_step(r, &jr[0], "fast");
+		int b = step % 2 ? jrun_step(r, &jr[1], "slow") : 1;
+		if (!a && !b)
+			break;
+	}
+	rig_finish_all(r);
+	uint64_t loads = cstats(r).loads;
+	for (int k = 0; k < 2; k++)
+		jrun_free(&jr[k]);
+	rig_free(r);
+	ds_free(&d);
+	return loads;
+}
+
+/* The shared sampler makes the slow job read what the fast one loaded, and
+ * RefCnt keeps the draws queued for the slow job cached: two jobs x two
+ * epochs of 120 files read far fewer than 480 files from disk, and fewer
+ * than with LRU, which does not know what is queued. */
+static void test_dsa_shares_loads(void **state)
+{
+	(void)state;
+	uint64_t dsa = 0, lru = 0, chunk = 0;
+	for (uint64_t seed = 1; seed <= 3; seed++) {
+		dsa += two_speeds_loads(DLSHIM_SAMPLER_DSA, DLSHIM_EVICT_REFCNT, seed);
+		lru += two_speeds_loads(DLSHIM_SAMPLER_DSA, DLSHIM_EVICT_LRU, seed);
+		chunk += two_speeds_loads(DLSHIM_SAMPLER_CHUNK, DLSHIM_EVICT_REFCNT, seed);
+	}
+	print_message("files loaded over 3 seeds (of 3 x 480 read): dsa+refcnt %llu, dsa+lru %llu, chunk %llu\n",
+		      (unsigned long long)dsa, (unsigned long long)lru, (unsigned long long)chunk);
+	assert_true(dsa < 3 * 480 * 6 / 10);
+	assert_true(dsa < lru);
+}
+
 /* Two jobs with a cache smaller than one chunk: partial chunk loads must not
  * break either job's permutation. */
 static void test_permutation_two_jobs_tiny_cache(void **state)
@@ -1551,6 +1601,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_permutation_two_jobs, teardown),
 		cmocka_unit_test_teardown(test_permutation_two_jobs_tiny_cache, teardown),
 		cmocka_unit_test_teardown(test_permutation_dsa, teardown),
+		cmocka_unit_test_teardown(test_dsa_shares_loads, teardown),
 		cmocka_unit_test_teardown(test_groups_of_one, teardown),
 		cmocka_unit_test_teardown(test_groups_smaller_than_chunk, teardown),
 		cmocka_unit_test_teardown(test_empty_dataset, teardown),
