@@ -11,6 +11,7 @@ SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sa
 
 ENGINE_SRC := $(sort $(wildcard engine/*.c))
 DAEMON_SRC := $(sort $(wildcard engine/daemon/*.c))
+PEERS_SRC := $(sort $(wildcard engine/daemon/peers/*.c))
 SHIM_SRC := $(sort $(wildcard shim/*.c))
 CLI_SRC := $(sort $(wildcard tools/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
@@ -18,28 +19,38 @@ HELPER_SRC := $(sort $(wildcard tests/progs/*.c))
 
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/obj/%.o)
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/obj/%.o)
+PEERS_OBJ := $(PEERS_SRC:%.c=$(BUILD)/obj/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ASAN_UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/asan/tests/%)
 HELPER_BIN := $(HELPER_SRC:tests/progs/%.c=$(BUILD)/progs/%)
 
+# HDF5 for the coordinator only: it reads rows of cached datasets. The shim
+# never links it (it uses the host process's own HDF5, found at run time).
+H5_CFLAGS := $(shell pkg-config --cflags hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial)
+H5_LIBS := $(shell pkg-config --libs hdf5 2>/dev/null || echo -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5)
+
 LIB := $(BUILD)/libdlshim.so
 ENGINE_LIB := $(BUILD)/libdlshim_engine.a
 DAEMON := $(BUILD)/dlshimd
+PEERS_MOD := $(BUILD)/dlshimd-peers.so
 CLI := $(BUILD)/dlshim
 
-.PHONY: demo all test unit unit-asan integration deps bench bench-core bench-redirect bench-sampling fidelity install clean lint valgrind
-all: $(LIB) $(DAEMON) $(CLI) $(HELPER_BIN)
+.PHONY: demo all test unit unit-asan integration test-multinode deps bench bench-core bench-redirect bench-sampling fidelity install clean lint valgrind
+all: $(LIB) $(DAEMON) $(PEERS_MOD) $(CLI) $(HELPER_BIN)
 
 # The README's first command: set everything up and run the multi-job demo.
 demo: deps
 	$(MAKE) all
 	scripts/demo.sh
 
-$(BUILD)/obj/%.o: %.c $(wildcard include/dlshim/*.h engine/*.h shim/*.h engine/daemon/*.h)
+$(BUILD)/obj/%.o: %.c $(wildcard include/dlshim/*.h engine/*.h shim/*.h engine/daemon/*.h engine/daemon/peers/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/engine/daemon/%.o: CFLAGS += $(H5_CFLAGS)
+$(BUILD)/obj/engine/daemon/peers/%.o: CFLAGS += -Iengine/daemon
 
 # The shim exports nothing but its wrappers (version script, hidden visibility).
 $(BUILD)/obj/shim/%.o: CFLAGS += -fvisibility=hidden
@@ -51,8 +62,14 @@ $(ENGINE_LIB): $(ENGINE_OBJ)
 $(LIB): $(SHIM_OBJ) $(ENGINE_LIB) shim/exports.map
 	$(CC) $(CFLAGS) -shared -Wl,--version-script=shim/exports.map -Wl,-z,defs -o $@ $(SHIM_OBJ) $(ENGINE_LIB) -ldl -lpthread
 
+# The coordinator exports its symbols (and the whole engine) for the
+# multi-node module, which it loads only when DLSHIM_PEERS is set, so that
+# UCX and its memory hooks stay out of single-node coordinators.
 $(DAEMON): $(DAEMON_OBJ) $(ENGINE_LIB)
-	$(CC) $(CFLAGS) -o $@ $(DAEMON_OBJ) $(ENGINE_LIB) -lpthread -lunwind
+	$(CC) $(CFLAGS) -rdynamic -o $@ $(DAEMON_OBJ) -Wl,--whole-archive $(ENGINE_LIB) -Wl,--no-whole-archive $(H5_LIBS) -lpthread -lunwind -ldl
+
+$(PEERS_MOD): $(PEERS_OBJ)
+	$(CC) $(CFLAGS) -shared -o $@ $(PEERS_OBJ) -lucp -lucs -lpthread
 
 $(CLI): $(CLI_OBJ) $(ENGINE_LIB)
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(ENGINE_LIB) -lpthread
@@ -83,7 +100,7 @@ $(BUILD)/asan/tests/%: tests/unit/%.c $(BUILD)/asan/libdlshim_engine.a
 # The coordinator under ThreadSanitizer (its threads share the engine).
 $(BUILD)/tsan/dlshimd: $(ENGINE_SRC) $(DAEMON_SRC) $(wildcard include/dlshim/*.h engine/*.h engine/daemon/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -O1 -g -fsanitize=thread -o $@ $(DAEMON_SRC) $(ENGINE_SRC) -lpthread -lunwind
+	$(CC) $(CFLAGS) $(H5_CFLAGS) -O1 -g -fsanitize=thread -o $@ $(DAEMON_SRC) $(ENGINE_SRC) $(H5_LIBS) -lpthread -lunwind -ldl
 
 deps:
 	scripts/install-deps.sh
@@ -99,6 +116,11 @@ unit-asan: $(ASAN_UNIT_BIN)
 	tests/run-all.sh --only unit-asan
 integration: all
 	tests/run-all.sh --only integration
+
+# Three coordinators in network namespaces form one cache over UCX (needs
+# root; `make test` runs it with the other integration tests).
+test-multinode: all
+	tests/integration/test_multinode.sh
 
 valgrind: all $(UNIT_BIN)
 	tests/run-all.sh --only valgrind
@@ -117,6 +139,8 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/dlshim $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(DAEMON) $(CLI) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/lib/dlshim
+	install -m 0755 $(PEERS_MOD) $(DESTDIR)$(PREFIX)/lib/dlshim/
 	install -m 0644 include/dlshim/*.h $(DESTDIR)$(PREFIX)/include/dlshim/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' dlshim.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/dlshim.pc
 

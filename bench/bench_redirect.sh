@@ -16,10 +16,23 @@ CLASSES=${BENCH_CLASSES:-10}
 EPOCHS=${BENCH_EPOCHS:-3}
 WORKERS=${BENCH_WORKERS:-2}
 PROFILES=${BENCH_PROFILES:-"network:209715200:500 slow:52428800:500"}
-VARIANTS=${BENCH_VARIANTS:-"plain exact dir"}
+VARIANTS=${BENCH_VARIANTS:-"plain exact dir-perfile dir"}
+# The data lives on its own ext4 file system on a loop device (direct I/O to
+# its backing file), as a user's data disk would: the machine's own disk is
+# not open to containers, so extent reads could not be measured on it.
+# BENCH_DISK=root keeps the data on the root file system instead.
+DISK=${BENCH_DISK:-loop}
 DATA=$WORK/imagefolder-$FILES
 OUT=bench/results
 mkdir -p "$OUT" docs/img "$WORK"
+
+cg= rt= LOOP=
+cleanup() {
+	[ -z "$cg" ] || cg_destroy "$cg"
+	[ -z "$rt" ] || rm -rf "$rt"
+	[ -z "$LOOP" ] || { umount -l "$MNT"; losetup -d "$LOOP"; }
+}
+trap cleanup EXIT
 
 if ! throttle_available; then
 	echo "bench-redirect: cgroup v1 blkio/memory controllers are not writable here;" >&2
@@ -29,6 +42,19 @@ fi
 if [ ! -d "$DATA" ]; then
 	echo "generating $FILES JPEG files of ~100 KB in $DATA"
 	$PY examples/gen_imagefolder.py --out "$DATA" --classes "$CLASSES" --per-class $((FILES / CLASSES)) --size 100 --seed 7
+fi
+if [ "$DISK" = loop ]; then
+	IMG=$WORK/disk.img
+	MNT=$WORK/mnt
+	mkdir -p "$MNT"
+	rm -f "$IMG"
+	truncate -s $(($(du -sb "$DATA" | cut -f1) * 3 / 2 + (256 << 20))) "$IMG"
+	mkfs.ext4 -q -F "$IMG"
+	LOOP=$(losetup -f --show --direct-io=on "$IMG")
+	mount "$LOOP" "$MNT"
+	cp -a "$DATA" "$MNT/"
+	DATA=$MNT/$(basename "$DATA")
+	sync
 fi
 DATASET_BYTES=$(du -sb "$DATA" | cut -f1)
 CACHE=$((DATASET_BYTES / 2))
@@ -53,14 +79,14 @@ for prof in $PROFILES; do
 		mem=$PROC_MEM
 		[ "$var" = plain ] || mem=$((PROC_MEM + CACHE))
 		cg_create "$cg" "$DEV" "$bps" "$iops" "$mem"
-		trap 'cg_destroy "$cg"; rm -rf "$rt"' EXIT
 		env_args=(BENCH_DEV="$DEV")
 		case $var in
 		plain) ;;
-		exact | dir)
+		exact | dir | dir-perfile)
 			env_args+=(LD_PRELOAD="$BUILD/libdlshim.so" DLSHIM_ROOTS="$DATA" DLSHIM_CACHE="$CACHE"
 				DLSHIM_RUNTIME_DIR="$rt" DLSHIM_STATS="$stats" DLSHIM_IDLE_EXIT=60
-				DLSHIM_REDIRECT=$([ "$var" = dir ] && echo dir || echo off))
+				DLSHIM_REDIRECT=$([ "$var" = exact ] && echo off || echo dir)
+				DLSHIM_EXTENT_READS=$([ "$var" = dir-perfile ] && echo off || echo auto))
 			;;
 		esac
 		echo "== $pname ($((bps / 1048576)) MB/s, $iops IOPS): $var"
@@ -70,7 +96,7 @@ for prof in $PROFILES; do
 		total=$(cg_read_bytes "$cg" "$DEV")
 		[ "$var" = plain ] || DLSHIM_RUNTIME_DIR=$rt "$BUILD/dlshim" stop >/dev/null 2>&1 || true
 		cg_destroy "$cg"
-		trap - EXIT
+		cg=
 		[ $first = 1 ] || echo "," >>"$results.tmp"
 		first=0
 		shim_stats=null
@@ -78,6 +104,7 @@ for prof in $PROFILES; do
 		printf '{"profile": "%s", "bps": %s, "iops": %s, "variant": "%s", "wall_s": %s, "device_bytes": %s, "job": %s, "shim": %s}\n' \
 			"$pname" "$bps" "$iops" "$var" "$(( (t1 - t0) / 1000000000 )).$(printf %03d $(( (t1 - t0) / 1000000 % 1000 )))" "$total" "$(cat "$rep")" "$shim_stats" >>"$results.tmp"
 		rm -rf "$rt" "$rep" "$stats"
+		rt=
 	done
 done
 echo "]}" >>"$results.tmp"

@@ -19,7 +19,7 @@ def main():
     for r in res["runs"]:
         if r["profile"] not in profiles:
             profiles.append(r["profile"])
-    variants = ["plain", "exact", "dir"]
+    variants = ["plain", "exact", "dir-perfile", "dir"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     rows = []
     for pi, prof in enumerate(profiles):

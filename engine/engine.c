@@ -202,6 +202,7 @@ uint32_t eng_item_get(struct dlshim_engine *e, const struct dlshim_file_id *id)
 	x->ino = id->ino;
 	x->size = id->size;
 	x->mtime_ns = id->mtime_ns;
+	x->ctime_ns = id->ctime_ns;
 	x->slot = NONE;
 	x->group[0] = x->group[1] = NONE;
 	x->gres_pos[0] = x->gres_pos[1] = NONE;
@@ -575,6 +576,38 @@ void eng_pin(struct dlshim_engine *e, uint32_t s)
 	}
 }
 
+/* ---- file versions -------------------------------------------------------- */
+
+static int item_same(const struct item *x, const struct dlshim_file_id *id)
+{
+	return x->size == id->size && x->mtime_ns == id->mtime_ns && x->ctime_ns == id->ctime_ns;
+}
+
+int dlshim_engine_item_id(struct dlshim_engine *e, uint32_t it, struct dlshim_file_id *out)
+{
+	if (it >= e->nitems)
+		return -1;
+	const struct item *x = &e->items[it];
+	*out = (struct dlshim_file_id){x->dev, x->ino, x->size, x->mtime_ns, x->ctime_ns};
+	return 0;
+}
+
+void dlshim_engine_item_changed(struct dlshim_engine *e, uint32_t it, const struct dlshim_file_id *now)
+{
+	if (it >= e->nitems)
+		return;
+	struct item *x = &e->items[it];
+	if (x->state == ITEM_RESIDENT)
+		item_drop_slot(e, it);
+	/* A loading item keeps its version until load_done: the loader's own
+	 * before/after check rejects what it read meanwhile. */
+	if (x->state == ITEM_ABSENT) {
+		x->size = now->size;
+		x->mtime_ns = now->mtime_ns;
+		x->ctime_ns = now->ctime_ns;
+	}
+}
+
 /* ---- requests ------------------------------------------------------------ */
 
 void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file_id *id, unsigned flags,
@@ -598,20 +631,26 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 	res->item = it;
 	res->requested = it;
 	res->size = id->size;
+	if (x->state != ITEM_LOADING && !item_same(x, id)) {
+		/* The file changed since it was cached or scanned: never serve
+		 * the old bytes, and load the version the client sees. */
+		if (x->state == ITEM_RESIDENT)
+			e->cs.stale_reloads++;
+		dlshim_engine_item_changed(e, it, id);
+	}
 	if (jb->mode != DLSHIM_REDIRECT_OFF && x->group[GKIND(jb)] != NONE) {
-		redirect_open(e, j, it, res);
+		redirect_open(e, j, it, flags, res);
 		return;
 	}
 	if (!retry) {
 		eng_job_need(e, jb, it);
 		eng_job_consume(e, jb, it, it);
 	}
-	if (x->state == ITEM_RESIDENT && (x->size != id->size || x->mtime_ns != id->mtime_ns)) {
-		/* The file changed since it was cached: never serve the old bytes. */
-		item_drop_slot(e, it);
-		e->cs.stale_reloads++;
-	}
 	if (x->state == ITEM_LOADING) {
+		if (flags & DLSHIM_OPEN_F_NOWAIT) {
+			jb->st.passthrough++; /* the client reads its own file */
+			return;
+		}
 		res->kind = DLSHIM_OPEN_WAIT;
 		jb->st.waits++;
 		return;
@@ -620,8 +659,6 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 		eng_hit(e, jb, it, res);
 		return;
 	}
-	x->size = id->size;
-	x->mtime_ns = id->mtime_ns;
 	if (eng_start_load(e, jb, it) < 0) {
 		jb->st.passthrough++;
 		return;
@@ -647,6 +684,7 @@ int eng_start_load(struct dlshim_engine *e, struct job *jb, uint32_t it)
 	sl->dev = x->dev;
 	sl->ino = x->ino;
 	sl->mtime_ns = x->mtime_ns;
+	sl->ctime_ns = x->ctime_ns;
 	e->sp[s].item = it;
 	x->slot = s;
 	x->state = ITEM_LOADING;

@@ -17,7 +17,7 @@ enum item_state { ITEM_ABSENT = 0, ITEM_LOADING, ITEM_RESIDENT };
 /* One file known to the engine, identified by (dev, ino) across jobs. */
 struct item {
 	uint64_t dev, ino, size;
-	int64_t mtime_ns;
+	int64_t mtime_ns, ctime_ns;
 	uint32_t slot;     /* NONE unless loading or resident */
 	uint32_t refcnt;   /* live jobs that still need it this epoch */
 	/* Label groups, one per kind: a file belongs to its directory's group
@@ -181,7 +181,7 @@ void dsa_job_end(struct dlshim_engine *e, struct job *jb);
 void dsa_group_free(struct group *g);
 
 /* redirect.c */
-void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_open_result *res);
+void redirect_open(struct dlshim_engine *e, int j, uint32_t req, unsigned flags, struct dlshim_open_result *res);
 void redirect_cut_groups(struct dlshim_engine *e, uint32_t chunk);
 void redirect_job_end(struct dlshim_engine *e, struct job *jb);
 

@@ -27,6 +27,9 @@ static const uint32_t payload_len[DLSHIM_MSG_TYPE_MAX] = {
 	[DLSHIM_MSG_STOP] = 0,
 	[DLSHIM_MSG_ERROR] = VARIABLE,
 	[DLSHIM_MSG_DATASET] = VARIABLE,
+	[DLSHIM_MSG_ROWS] = VARIABLE,
+	[DLSHIM_MSG_ROWS_R] = sizeof(struct dlshim_msg_rows_r),
+	[DLSHIM_MSG_OPEN_PATH] = VARIABLE,
 };
 
 /* Returns 0 when `payload` or `len` is inconsistent (NULL with len > 0) or
@@ -102,6 +105,18 @@ int dlshim_msg_decode(const void *buf, size_t n, struct dlshim_msg_hdr *hdr, con
 		    sizeof(((struct dlshim_msg_hello *)0)->job))) {
 		reason = "job name not NUL-terminated";
 		goto fail;
+	}
+	if (h.type == DLSHIM_MSG_ROWS) {
+		/* Two NUL-terminated names after the fixed part, nothing else. */
+		size_t fixed = sizeof(struct dlshim_msg_rows);
+		const char *names = (const char *)p + fixed;
+		size_t rest = h.len > fixed ? h.len - fixed : 0;
+		const char *z = rest ? memchr(names, '\0', rest) : NULL;
+		if (z == NULL || z == names || (size_t)(z - names) + 2 > rest ||
+		    memchr(z + 1, '\0', rest - (size_t)(z - names) - 1) != names + rest - 1 || z + 1 == names + rest - 1) {
+			reason = "malformed rows request";
+			goto fail;
+		}
 	}
 	if (payload)
 		*payload = h.len ? (const void *)p : NULL;

@@ -462,8 +462,12 @@ static uint32_t any_unread(struct dlshim_engine *e, struct job *jb, uint32_t req
 	return NONE;
 }
 
-/* Hand `served` to the caller: pinned if resident, else WAIT or a one-file load. */
-static void serve(struct dlshim_engine *e, struct job *jb, uint32_t served, struct dlshim_open_result *res)
+/* Hand `served` to the caller: pinned if resident, else WAIT or a one-file
+ * load. With `nowait` a file still loading is read from disk by the client
+ * instead (through the served file's descriptor), so what the engine
+ * recorded as consumed is what the client reads. */
+static void serve(struct dlshim_engine *e, struct job *jb, uint32_t served, int nowait,
+		  struct dlshim_open_result *res)
 {
 	struct item *x = &e->items[served];
 	res->item = served;
@@ -472,12 +476,12 @@ static void serve(struct dlshim_engine *e, struct job *jb, uint32_t served, stru
 		eng_hit(e, jb, served, res);
 		return;
 	}
-	if (x->state == ITEM_LOADING) {
+	if (x->state == ITEM_LOADING && !nowait) {
 		res->kind = DLSHIM_OPEN_WAIT;
 		jb->st.waits++;
 		return;
 	}
-	if (x->path && eng_start_load(e, jb, served) == 0) {
+	if (x->state != ITEM_LOADING && x->path && eng_start_load(e, jb, served) == 0) {
 		res->kind = DLSHIM_OPEN_LOAD_CHUNK;
 		res->nload = 1;
 		res->load_item[0] = served;
@@ -531,15 +535,16 @@ static void remember(struct job *jb, uint32_t req, uint32_t served, uint32_t epo
 	m->epoch = epoch;
 }
 
-void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_open_result *res)
+void redirect_open(struct dlshim_engine *e, int j, uint32_t req, unsigned flags, struct dlshim_open_result *res)
 {
+	int nowait = (flags & DLSHIM_OPEN_F_NOWAIT) != 0;
 	struct job *jb = &e->jobs[j];
 	struct item *rq = &e->items[req];
 	struct group *g = e->groups[rq->group[GKIND(jb)]];
 	res->requested = req;
 	if (job_groups_reserve(jb, e->ngroups) < 0 || !bit_get(jb->needed, req)) {
 		/* Not part of this job's declared dataset: serve it exactly. */
-		serve(e, jb, req, res);
+		serve(e, jb, req, nowait, res);
 		return;
 	}
 	struct jgroup *jg = &jb->jg[g->id];
@@ -551,14 +556,14 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_o
 	struct remap *m;
 	HASH_FIND(hh, jb->remaps, &req, sizeof(req), m);
 	if (m && m->epoch == jg->epoch) {
-		serve(e, jb, m->served, res);
+		serve(e, jb, m->served, nowait, res);
 		return;
 	}
 
 	if (jb->sampler == DLSHIM_SAMPLER_DSA) {
 		/* The job's next draw from the group's shared sampler. */
 		uint32_t it = dsa_choose(e, jb, g, req);
-		if (it != NONE && e->items[it].state == ITEM_LOADING) {
+		if (it != NONE && e->items[it].state == ITEM_LOADING && !nowait) {
 			/* drawn by another job a moment ago: wait, keep the draw */
 			dsa_hold(jb, g, it);
 			res->kind = DLSHIM_OPEN_WAIT;
@@ -572,7 +577,7 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_o
 			remember(jb, req, it, ep);
 			if (it != req)
 				jb->st.redirects++;
-			serve(e, jb, it, res);
+			serve(e, jb, it, nowait, res);
 			if (res->kind == DLSHIM_OPEN_HIT || res->kind == DLSHIM_OPEN_LOAD_CHUNK)
 				dsa_load_ahead(e, jb, g, res);
 			return;
@@ -580,7 +585,7 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_o
 		/* no usable draw (sampler out of memory): the chunk sampler decides */
 	}
 	uint32_t served = pick(e, jb, req, ITEM_RESIDENT);
-	if (served == NONE && pick(e, jb, req, ITEM_LOADING) != NONE) {
+	if (served == NONE && !nowait && pick(e, jb, req, ITEM_LOADING) != NONE) {
 		/* A chunk with files for us is on its way: wait for it rather
 		 * than load another. */
 		res->kind = DLSHIM_OPEN_WAIT;
@@ -630,7 +635,7 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, struct dlshim_o
 		}
 		return;
 	}
-	serve(e, jb, served, res);
+	serve(e, jb, served, nowait, res);
 	if (res->kind == DLSHIM_OPEN_HIT)
 		load_ahead(e, jb, rq, res);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "dlshim/config.h"
@@ -18,6 +19,12 @@ struct walk {
 	int stop;
 };
 
+static int on_pseudo_fs(const char *path)
+{
+	struct statfs sf;
+	return statfs(path, &sf) < 0 || dlshim_pseudo_fs((long)sf.f_type);
+}
+
 static void walk_dir(struct walk *w, char *path, size_t len, int depth)
 {
 	if (depth > 64 || w->stop)
@@ -25,6 +32,11 @@ static void walk_dir(struct walk *w, char *path, size_t len, int depth)
 	DIR *d = opendir(path);
 	if (d == NULL)
 		return; /* unreadable directories are simply not part of the dataset */
+	struct stat dst;
+	if (dlshim_fd_on_pseudo_fs(dirfd(d)) || fstat(dirfd(d), &dst) < 0) {
+		closedir(d); /* a procfs or sysfs mounted under a root is not data */
+		return;
+	}
 	struct dirent *de;
 	while (!w->stop && (de = readdir(d)) != NULL) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
@@ -42,6 +54,10 @@ static void walk_dir(struct walk *w, char *path, size_t len, int depth)
 		} else {
 			/* A symlink to a regular file counts as that file. */
 			if (S_ISLNK(st.st_mode) && stat(path, &st) < 0)
+				st.st_mode = 0;
+			/* Another device than the directory's (a file bind-mounted or
+			 * linked from elsewhere): ask its file system once. */
+			if (S_ISREG(st.st_mode) && st.st_dev != dst.st_dev && on_pseudo_fs(path))
 				st.st_mode = 0;
 			if (S_ISREG(st.st_mode)) {
 				w->n++;
@@ -75,7 +91,7 @@ static long scan_list(const char *list, struct walk *w, char *err, size_t errlen
 		if (dlshim_path_normalize(dir, line, abs, sizeof(abs)) < 0)
 			continue;
 		struct stat st;
-		if (stat(abs, &st) == 0 && S_ISREG(st.st_mode)) {
+		if (stat(abs, &st) == 0 && S_ISREG(st.st_mode) && !on_pseudo_fs(abs)) {
 			w->n++;
 			if (w->fn(w->ctx, abs, &st, list))
 				w->stop = 1;
@@ -102,7 +118,10 @@ long dlshim_scan(const char *roots, const char *filelist, dlshim_scan_fn fn, voi
 				path[--n] = 0;
 			w.root = path;
 			struct stat st;
-			if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+			int is_file = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+			if (is_file && on_pseudo_fs(path)) {
+				/* a pseudo file named as a root is not data */
+			} else if (is_file) {
 				w.n++;
 				if (fn(ctx, path, &st, path))
 					w.stop = 1;

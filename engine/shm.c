@@ -76,7 +76,7 @@ int dlshim_shm_attach(const void *base, size_t len, struct dlshim_shm_view *v)
 }
 
 long dlshim_shm_lookup(const struct dlshim_shm_view *v, uint64_t dev, uint64_t ino, uint64_t size, int64_t mtime_ns,
-		       uint64_t *gen)
+		       int64_t ctime_ns, uint64_t *gen)
 {
 	if (v->hdr == NULL || v->nindex == 0)
 		return -1;
@@ -97,7 +97,8 @@ long dlshim_shm_lookup(const struct dlshim_shm_view *v, uint64_t dev, uint64_t i
 		uint64_t g1 = atomic_load_explicit(&sl->gen, memory_order_acquire);
 		if (g1 & 1)
 			return -1;
-		int same = sl->dev == dev && sl->ino == ino && sl->size == size && sl->mtime_ns == mtime_ns;
+		int same = sl->dev == dev && sl->ino == ino && sl->size == size && sl->mtime_ns == mtime_ns &&
+			   sl->ctime_ns == ctime_ns;
 		atomic_thread_fence(memory_order_acquire);
 		if (!same || atomic_load_explicit(&sl->gen, memory_order_relaxed) != g1)
 			return -1;

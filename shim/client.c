@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dlshim/fileid.h"
 #include "dlshim/packet.h"
 #include "dlshim/proto.h"
 #include "real.h"
@@ -317,6 +318,11 @@ static int hello(int fd, uint32_t kind)
 	}
 	if (adopt_segment(sfd, &b.ok) < 0)
 		return -1;
+	if (b.ok.flags & DLSHIM_HELLO_OK_F_MEMCAP)
+		shim_warn(W_MEMCAP,
+			  "the coordinator's memory cgroup limit is below DLSHIM_CACHE: cache capped to %llu MB "
+			  "(see %s/dlshimd.log)",
+			  (unsigned long long)(b.ok.shm_len >> 20), g_cfg.runtime_dir);
 	return kind == DLSHIM_HELLO_CLIENT ? declare_dataset(fd) : 0;
 }
 
@@ -421,9 +427,9 @@ static struct route *fast_open(const struct stat *st)
 	if (seg == NULL || g_cfg.redirect != DLSHIM_REDIRECT_OFF)
 		return NULL;
 	uint64_t gen;
-	int64_t mt = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
-	long s = dlshim_shm_lookup(&seg->view, (uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size, mt,
-				   &gen);
+	struct dlshim_file_id v = dlshim_stat_version(st);
+	int64_t mt = v.mtime_ns;
+	long s = dlshim_shm_lookup(&seg->view, v.dev, v.ino, v.size, mt, v.ctime_ns, &gen);
 	if (s < 0)
 		return NULL;
 	struct route *r = route_new();
@@ -452,12 +458,9 @@ struct route *client_open(int fd, const struct stat *st)
 	if (c < 0)
 		return NULL;
 	int cfd = pool[c].fd;
+	struct dlshim_file_id v = dlshim_stat_version(st);
 	struct dlshim_msg_open o = {
-		.dev = (uint64_t)st->st_dev,
-		.ino = (uint64_t)st->st_ino,
-		.size = (uint64_t)st->st_size,
-		.mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec,
-	};
+		.dev = v.dev, .ino = v.ino, .size = v.size, .mtime_ns = v.mtime_ns, .ctime_ns = v.ctime_ns};
 	union {
 		struct dlshim_msg_open_r r;
 		char raw[sizeof(struct dlshim_msg_hdr) + 512];
@@ -516,6 +519,51 @@ struct route *client_open(int fd, const struct stat *st)
 broken:
 	pool_put(c, 1);
 	return NULL;
+}
+
+int client_open_remote(const char *path, int flags, struct route **out)
+{
+	*out = NULL;
+	int c = pool_get();
+	if (c < 0)
+		return -1;
+	union {
+		struct dlshim_msg_open_r r;
+		char raw[sizeof(struct dlshim_msg_hdr) + 512];
+	} b;
+	int sfd = -1;
+	if (send_msg(pool[c].fd, DLSHIM_MSG_OPEN_PATH, path, (uint32_t)strlen(path) + 1, -1) < 0 ||
+	    recv_msg(pool[c].fd, &b, sizeof(b), DLSHIM_MSG_OPEN_R, &sfd) != sizeof(b.r)) {
+		pool_put(c, 1);
+		return -1;
+	}
+	struct segment *seg = current_seg;
+	pool_put(c, 0);
+	struct stat st;
+	if (b.r.status != DLSHIM_OPEN_R_HIT || sfd < 0 || seg == NULL || fstat(sfd, &st) < 0 ||
+	    (uint64_t)st.st_size != b.r.size) {
+		if (b.r.status == DLSHIM_OPEN_R_ABSENT)
+			shim_warn(W_PEERS, "%s is on no reachable node (see dlshimd.log in %s)", path, g_cfg.runtime_dir);
+		if (b.r.status == DLSHIM_OPEN_R_HIT)
+			client_release_slot(b.r.slot, b.r.gen);
+		if (sfd >= 0)
+			real.close(sfd);
+		return -1;
+	}
+	/* Received close-on-exec; keep it only if the program asked for it. */
+	if (!(flags & O_CLOEXEC))
+		real.fcntl(sfd, F_SETFD, 0);
+	struct route *r = route_new();
+	if (r == NULL)
+		return sfd; /* the descriptor alone is correct, only slower */
+	r->slot = b.r.slot;
+	r->gen = b.r.gen;
+	r->size = b.r.size;
+	r->view = &seg->view;
+	r->owner = getpid();
+	r->session = session_id;
+	*out = r;
+	return sfd;
 }
 
 static void release_msg(uint32_t slot, uint64_t gen, uint64_t bytes_cache, uint64_t bytes_pass);
@@ -601,4 +649,76 @@ void client_atfork_child(void)
 	session_pid = 0;
 	pthread_mutex_init(&pool_mu, NULL);
 	pthread_cond_init(&pool_cv, NULL);
+}
+
+/* ---- HDF5 rows ---- */
+
+int client_rows(const char *path, const char *dset, const struct stat *st, uint64_t nrows, uint64_t row_bytes,
+		uint64_t row, uint64_t n, int redirect, void *dst, uint64_t *served_out)
+{
+	*served_out = row;
+	static __thread char msg[sizeof(struct dlshim_msg_rows) + DLSHIM_PATH_MAX + 1024 + 2];
+	size_t pl = strlen(path), dl = strlen(dset);
+	struct dlshim_msg_rows m = {
+		.dev = (uint64_t)st->st_dev,
+		.ino = (uint64_t)st->st_ino,
+		.size = (uint64_t)st->st_size,
+		.mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec,
+		.nrows = nrows,
+		.row_bytes = row_bytes,
+		/* A block of rows is read as it is: redirection maps single rows,
+		 * the unit a Dataset's __getitem__ asks for. */
+		.redirect = n == 1 && redirect ? g_cfg.redirect : DLSHIM_REDIRECT_OFF,
+		.chunk = g_cfg.chunk,
+	};
+	if (sizeof(m) + pl + dl + 2 > sizeof(msg) || pl == 0 || dl == 0)
+		return -1;
+	memcpy(msg + sizeof(m) + pl + 1, dset, dl + 1);
+	memcpy(msg + sizeof(m), path, pl + 1);
+	uint64_t done = 0;
+	while (done < n) {
+		m.row = row + done;
+		memcpy(msg, &m, sizeof(m));
+		int c = pool_get();
+		if (c < 0)
+			return -1;
+		union {
+			struct dlshim_msg_rows_r r;
+			char raw[sizeof(struct dlshim_msg_hdr) + 512];
+		} b;
+		if (send_msg(pool[c].fd, DLSHIM_MSG_ROWS, msg, (uint32_t)(sizeof(m) + pl + dl + 2), -1) < 0 ||
+		    recv_msg(pool[c].fd, &b, sizeof(b), DLSHIM_MSG_ROWS_R, NULL) != sizeof(b.r)) {
+			pool_put(c, 1);
+			return -1;
+		}
+		struct segment *seg = current_seg;
+		pool_put(c, 0);
+		const struct dlshim_msg_rows_r *r = &b.r;
+		/* Once the coordinator has mapped the row, every way out reads the
+		 * mapped row: the file's other datasets get the same one. */
+		if (n == 1 && m.redirect != DLSHIM_REDIRECT_OFF && r->served < nrows)
+			*served_out = r->served;
+		if (r->status != DLSHIM_OPEN_R_HIT)
+			return -1;
+		/* Trust nothing in the reply that would copy out of the item or past
+		 * the caller's rows. */
+		uint64_t served = r->served, want = n - done;
+		int ok = seg != NULL && r->count > 0 && r->size == r->count * row_bytes && served >= r->first &&
+			 served < r->first + r->count && served < nrows && (served == m.row || n == 1);
+		uint64_t take = ok ? r->first + r->count - served : 0;
+		if (take > want)
+			take = want;
+		ssize_t got = -1;
+		if (ok) {
+			struct dlshim_shm_cursor cur = {0};
+			got = dlshim_shm_read(&seg->view, r->slot, r->gen, (served - r->first) * row_bytes,
+					      (char *)dst + done * row_bytes, take * row_bytes, &cur);
+		}
+		int good = ok && got == (ssize_t)(take * row_bytes);
+		release_msg(r->slot, r->gen, good ? take * row_bytes : 0, 0);
+		if (!good)
+			return -1;
+		done += take;
+	}
+	return 0;
 }

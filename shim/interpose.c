@@ -6,9 +6,11 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dlshim/scan.h"
 #include "real.h"
 #include "shim.h"
 
@@ -36,22 +38,39 @@ static size_t clean_len(const char *p)
 	return i;
 }
 
+/* HDF5 files are read by the HDF5 library in small metadata and chunk
+ * reads; their rows are cached at H5Dread instead (h5.c), so the file's
+ * own bytes always pass through. */
+static int is_hdf5_name(const char *p)
+{
+	const char *dot = strrchr(p, '.');
+	return dot && strchr(dot, '/') == NULL &&
+	       (strcasecmp(dot, ".h5") == 0 || strcasecmp(dot, ".hdf5") == 0 || strcasecmp(dot, ".he5") == 0);
+}
+
 /* Does this open concern a dataset file? Only read-only opens of paths
- * under a root qualify; everything else is never touched. */
-static int wants_route(int dirfd, const char *path, int flags)
+ * under a root qualify; everything else is never touched. `norm`, when
+ * given, receives the normalised absolute path. */
+static int wants_route_path(int dirfd, const char *path, int flags, char *norm)
 {
 	if (!g_active || g_in_shim || path == NULL)
 		return 0;
-	if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_PATH | O_DIRECT | O_TRUNC | O_DIRECTORY)))
+	/* O_APPEND and O_CREAT announce a file that is being written (a cache
+	 * entry would freeze it at open); the others are not plain reads. */
+	if ((flags & O_ACCMODE) != O_RDONLY ||
+	    (flags & (O_PATH | O_DIRECT | O_TRUNC | O_DIRECTORY | O_TMPFILE | O_APPEND | O_CREAT | O_EXCL)))
 		return 0;
-	char buf[DLSHIM_PATH_MAX], cwd[DLSHIM_PATH_MAX];
+	if (is_hdf5_name(path))
+		return 0;
+	char local[DLSHIM_PATH_MAX], cwd[DLSHIM_PATH_MAX];
+	char *buf = norm ? norm : local;
 	long n;
 	if (path[0] == '/') {
 		/* Most absolute paths need no normalising: decide on them as they are. */
 		size_t len = clean_len(path);
-		if (len)
+		if (len && norm == NULL)
 			return dlshim_config_path_routed(&g_cfg, path, len);
-		n = dlshim_path_normalize(NULL, path, buf, sizeof(buf));
+		n = dlshim_path_normalize(NULL, path, buf, DLSHIM_PATH_MAX);
 	} else {
 		/* Relative paths cost a getcwd/readlink; absolute ones (the common
 		 * case for datasets) do not. */
@@ -66,9 +85,45 @@ static int wants_route(int dirfd, const char *path, int flags)
 				return 0;
 			cwd[l] = 0;
 		}
-		n = dlshim_path_normalize(cwd, path, buf, sizeof(buf));
+		n = dlshim_path_normalize(cwd, path, buf, DLSHIM_PATH_MAX);
 	}
 	return n > 0 && dlshim_config_path_routed(&g_cfg, buf, (size_t)n);
+}
+
+/* Files of a pseudo file system (a procfs or sysfs bound under a root)
+ * are generated on read: their size says nothing of their bytes. The last
+ * device found to be an ordinary file system saves the statfs next time. */
+static int pseudo_file(int fd, const struct stat *st)
+{
+	static _Atomic unsigned long long plain_dev = ~0ULL;
+	if ((unsigned long long)st->st_dev == atomic_load_explicit(&plain_dev, memory_order_relaxed))
+		return 0;
+	if (dlshim_fd_on_pseudo_fs(fd))
+		return 1;
+	atomic_store_explicit(&plain_dev, (unsigned long long)st->st_dev, memory_order_relaxed);
+	return 0;
+}
+
+static int wants_route(int dirfd, const char *path, int flags) { return wants_route_path(dirfd, path, flags, NULL); }
+
+/* A dataset path missing here may live on a peer node (DLSHIM_PEERS): ask
+ * the coordinator. On any failure the caller's ENOENT stands. */
+static int open_remote(int dirfd, const char *path, int flags)
+{
+	char norm[DLSHIM_PATH_MAX];
+	if (!wants_route_path(dirfd, path, flags, norm))
+		return -1;
+	g_in_shim++;
+	struct route *r = NULL;
+	int fd = client_open_remote(norm, flags, &r);
+	if (fd >= 0 && r) {
+		if (fdt_set(fd, r) < 0)
+			route_put(r);
+		route_put(r); /* the table holds its own reference */
+	}
+	g_in_shim--;
+	errno = ENOENT;
+	return fd;
 }
 
 /* After the real open succeeded: register the descriptor with the cache. */
@@ -77,7 +132,7 @@ static void route_fd(int fd)
 	int saved = errno;
 	g_in_shim++;
 	struct stat st;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && !pseudo_file(fd, &st)) {
 		struct route *r = client_open(fd, &st);
 		if (r && fdt_set(fd, r) < 0)
 			route_put(r);
@@ -104,6 +159,8 @@ static int do_openat(int dirfd, const char *path, int flags, mode_t mode, int va
 	}
 	if (fd >= 0 && wants_route(dirfd, path, flags))
 		route_fd(fd);
+	else if (fd < 0 && errno == ENOENT && g_cfg.peers[0])
+		fd = open_remote(dirfd, path, flags);
 	return fd;
 }
 

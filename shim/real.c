@@ -1,4 +1,4 @@
-/* Resolution of the real libc functions (the only file that uses dlsym). */
+/* Resolution of the real libc functions (HDF5 ones are found by h5real.c). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -65,6 +65,21 @@ static void resolve(void)
 	BIND(fopen, "fopen", NULL);
 	BIND(fopen64, "fopen64", NULL);
 	BIND(fclose, "fclose", NULL);
+}
+
+int real_load_unwind(struct unwind_fns *u)
+{
+	void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL)
+		return -1;
+	u->getcontext = (int (*)(void *))dlsym(h, "_Ux86_64_getcontext");
+	u->init_local = (int (*)(void *, void *))dlsym(h, "_ULx86_64_init_local");
+	u->step = (int (*)(void *))dlsym(h, "_ULx86_64_step");
+	u->get_reg = (int (*)(void *, int, unsigned long *))dlsym(h, "_ULx86_64_get_reg");
+	u->get_proc_name = (int (*)(void *, char *, size_t, unsigned long *))dlsym(h, "_ULx86_64_get_proc_name");
+	if (!u->getcontext || !u->init_local || !u->step || !u->get_reg || !u->get_proc_name)
+		return -1;
+	return 0;
 }
 
 void real_init(void)

@@ -42,6 +42,20 @@ struct real_fns {
 
 extern struct real_fns real;
 
+/* libunwind's local unwinder, loaded on demand with RTLD_LOCAL: linking it
+ * into the shim would put its _Unwind_* symbols ahead of libgcc's in every
+ * host process (C++ exceptions would go through it). */
+struct unwind_fns {
+	int (*getcontext)(void *ctx);
+	int (*init_local)(void *cursor, void *ctx);
+	int (*step)(void *cursor);
+	int (*get_reg)(void *cursor, int reg, unsigned long *val);
+	int (*get_proc_name)(void *cursor, char *buf, size_t len, unsigned long *off);
+};
+
+/* Fill `u` from libunwind.so; -1 when it cannot be loaded. */
+int real_load_unwind(struct unwind_fns *u);
+
 /* Resolve every pointer; idempotent and thread-safe. Wrappers call
  * real_init() before their first use because they may run before the
  * library constructor. */

@@ -22,7 +22,9 @@ extern __thread int g_in_shim;
 extern pid_t g_job_owner_pid;
 
 void shim_init(void);
-enum warn_cause { W_CONFIG, W_CONNECT, W_LOST, W_SPAWN, W_SHM, W_PROTO, W_STATS, W_DSA, W_PEERS, W_MAX };
+/* crash.c: backtraces on fatal signals when DLSHIM_LOG=debug. */
+void crash_install(void);
+enum warn_cause { W_CONFIG, W_CONNECT, W_LOST, W_SPAWN, W_SHM, W_PROTO, W_STATS, W_DSA, W_PEERS, W_MEMCAP, W_MAX };
 void shim_warn(enum warn_cause c, const char *fmt, ...) __attribute__((format(printf, 2, 3), cold));
 int shim_warned(enum warn_cause c);
 void shim_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -78,6 +80,16 @@ void fdt_atfork_child(void);
 /* Ask the coordinator for the file open at `fd` (already fstat'ed in `st`).
  * Returns a route to read from, or NULL to pass through. */
 struct route *client_open(int fd, const struct stat *st);
+/* Copy rows [row, row + n) of dataset `dset` in the HDF5 file `path`
+ * (stat'ed in `st`; `nrows` rows of `row_bytes`) from the cache into `dst`,
+ * redirected when `redirect` and n == 1. 0 when every byte was served; -1:
+ * the caller reads them itself, and then reads row *served (set to `row`
+ * unless the coordinator redirected it) so the pairing holds. */
+int client_rows(const char *path, const char *dset, const struct stat *st, uint64_t nrows, uint64_t row_bytes,
+		uint64_t row, uint64_t n, int redirect, void *dst, uint64_t *served);
+/* Open `path` (normalised, absent locally) through a peer node: returns a
+ * new descriptor (read-only, holding the file's bytes) and its route, or -1. */
+int client_open_remote(const char *path, int flags, struct route **out);
 /* Release a pin (or only report bytes when r->slot is UINT32_MAX). */
 void client_release(const struct route *r, uint64_t bytes_cache, uint64_t bytes_pass);
 void client_release_slot(uint32_t slot, uint64_t gen);

@@ -188,11 +188,10 @@ static void do_init(void)
 	derive_job();
 	if (g_cfg.sampler == DLSHIM_SAMPLER_DSA && g_cfg.redirect == DLSHIM_REDIRECT_OFF)
 		shim_warn(W_DSA, "DLSHIM_SAMPLER=dsa has no effect without DLSHIM_REDIRECT=dir or any; reading files as requested");
-	if (g_cfg.peers[0])
-		shim_warn(W_PEERS, "DLSHIM_PEERS is set but multi-node caching is not implemented yet; local cache only");
 	pthread_atfork(client_atfork_prepare, client_atfork_parent, client_atfork_child);
 	pthread_atfork(fdt_atfork_prepare, fdt_atfork_parent, fdt_atfork_child);
 	atexit(at_exit);
+	crash_install();
 	g_active = 1;
 	g_in_shim--;
 }

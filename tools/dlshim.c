@@ -141,6 +141,8 @@ static void human_bytes(double b, char *out, size_t len)
 	snprintf(out, len, i ? "%.1f %s" : "%.0f %s", b, u[i]);
 }
 
+static void print_peers(const char *json);
+
 static int cmd_status(void)
 {
 	const char *j = fetch_json();
@@ -164,6 +166,7 @@ static int cmd_status(void)
 	printf("  cache:   %s used of %s, %.0f files resident, %.0f pinned, eviction %s\n", used, cap,
 	       num(cache, "items_resident"), num(cache, "items_pinned"), strstr(j, "\"evict\":\"lru\"") ? "lru" :
 	       strstr(j, "\"evict\":\"fifo\"") ? "fifo" : strstr(j, "\"evict\":\"random\"") ? "random" : "refcnt");
+	print_peers(j);
 	return 0;
 }
 
@@ -508,6 +511,51 @@ static const char *jstr(const struct jdoc *d, int obj, const char *key)
 {
 	int i = jget(d, obj, key);
 	return i >= 0 && d->n[i].t == J_STR ? d->n[i].s : NULL;
+}
+
+/* The multi-node part of `status`: each peer's reachability and the
+ * transport UCX chose for it (so a user sees whether RDMA is in use). */
+static void print_peers(const char *json)
+{
+	struct jdoc d;
+	if (jparse_doc(&d, json) < 0) {
+		jfree(&d);
+		return;
+	}
+	int p = jget(&d, 0, "peers");
+	const char *devs = jstr(&d, p, "rdma_devices");
+	if (p < 0 || !jnum0(&d, p, "enabled")) {
+		const char *err = jstr(&d, p, "error");
+		if (err && err[0])
+			printf("  peers:   multi-node off: %s\n", err);
+		jfree(&d);
+		return;
+	}
+	int r = jget(&d, p, "remote"), s = jget(&d, p, "served");
+	char rb[32], sb[32];
+	human_bytes(jnum0(&d, r, "bytes"), rb, sizeof(rb));
+	human_bytes(jnum0(&d, s, "bytes"), sb, sizeof(sb));
+	printf("  peers:   this is node %.0f, %.0f local files; RDMA devices: %s\n", jnum0(&d, p, "node"),
+	       jnum0(&d, p, "local_files"), devs && devs[0] ? devs : "none");
+	printf("  remote:  %.0f fetched (%s), %.0f failed, %.0f re-opens served from this cache; "
+	       "served to peers %.0f (%s)\n",
+	       jnum0(&d, r, "ok"), rb, jnum0(&d, r, "failures"), jnum0(&d, r, "local_hits"), jnum0(&d, s, "requests"), sb);
+	int nodes = jget(&d, p, "nodes");
+	for (int c = nodes >= 0 ? d.n[nodes].child : -1; c >= 0; c = d.n[c].next) {
+		const char *addr = jstr(&d, c, "addr");
+		if (jnum0(&d, c, "self")) {
+			printf("    node %.0f %s: this node\n", jnum0(&d, c, "index"), addr ? addr : "?");
+			continue;
+		}
+		const char *st = jstr(&d, c, "state"), *err = jstr(&d, c, "error"), *tr = jstr(&d, c, "transport");
+		printf("    node %.0f %s: %s", jnum0(&d, c, "index"), addr ? addr : "?", st ? st : "?");
+		if (st && strcmp(st, "up") == 0)
+			printf(", %.0f files, transport %s", jnum0(&d, c, "files"), tr && tr[0] ? tr : "unknown");
+		else if (err && err[0])
+			printf(" (%s)", err);
+		printf("\n");
+	}
+	jfree(&d);
 }
 
 /* Whether a job (or per-epoch) object can be shown: complete, or, for a job

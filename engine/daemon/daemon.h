@@ -24,6 +24,7 @@ struct session {
 	uint32_t pid;
 	int job;
 	int conns;
+	int remote_inflight;    /* fetches from peers under way for it (bounded) */
 	struct pin *pins;
 	size_t npins, cap;
 	UT_hash_handle hh;
@@ -36,6 +37,8 @@ struct daemon {
 	struct dlshim_engine *eng;
 	int shm_fd;
 	size_t shm_len;
+	uint64_t memcg_limit;    /* set when the cache was capped below DLSHIM_CACHE for it */
+	void *shm_base;         /* the coordinator's read-write mapping (registered for RMA) */
 	uint64_t segment_id;
 	struct session *sessions;
 	int nclients;           /* live client connections (not CLI) */

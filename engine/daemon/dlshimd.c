@@ -18,7 +18,10 @@
 #include <libunwind.h>
 
 #include "daemon.h"
+#include "h5rows.h"
+#include "memlimit.h"
 #include "dlshim/rundir.h"
+#include "peer_module.h"
 
 struct daemon D;
 
@@ -76,6 +79,14 @@ static void usage(void)
 static int make_segment(void)
 {
 	D.shm_len = D.cfg.cache_bytes;
+	uint64_t limit = memlimit_cgroup_bytes();
+	if (memlimit_cap(D.shm_len, limit) < D.shm_len) {
+		D.shm_len = memlimit_cap(D.shm_len, limit);
+		D.memcg_limit = limit;
+		dlog(DLSHIM_LOG_WARN,
+		     "DLSHIM_CACHE=%llu bytes does not fit the memory cgroup limit of %llu bytes: cache capped to %zu bytes",
+		     (unsigned long long)D.cfg.cache_bytes, (unsigned long long)limit, D.shm_len);
+	}
 	D.shm_fd = memfd_create("dlshim-cache", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (D.shm_fd < 0 || ftruncate(D.shm_fd, (off_t)D.shm_len) < 0) {
 		dlog(DLSHIM_LOG_ERROR, "cannot create a %zu-byte shared segment: %s", D.shm_len, strerror(errno));
@@ -88,6 +99,7 @@ static int make_segment(void)
 		dlog(DLSHIM_LOG_ERROR, "cannot map the shared segment: %s", strerror(errno));
 		return -1;
 	}
+	D.shm_base = base;
 	struct dlshim_engine_opts o = {.shm_base = base,
 				       .shm_len = D.shm_len,
 				       .evict = D.cfg.evict,
@@ -129,6 +141,7 @@ static void end_lingering_jobs(void)
 		     (D.job_owner[j] > 0 && kill(D.job_owner[j], 0) < 0 && errno == ESRCH))) {
 			dlog(DLSHIM_LOG_INFO, "job %s ended", dlshim_engine_job_name(D.eng, j));
 			dlshim_engine_job_end(D.eng, j);
+			h5rows_job_end(j);
 			D.job_owner[j] = 0;
 		}
 }
@@ -164,7 +177,8 @@ static void serve(void)
 		 * CLI polling stats must not keep jobs or the daemon alive. */
 		pthread_mutex_lock(&D.mu);
 		end_lingering_jobs();
-		int idle = D.nclients == 0 && time(NULL) - D.idle_since >= (time_t)D.cfg.idle_exit_s;
+		/* A node of a cluster is home for its peers' requests: it stays. */
+		int idle = D.nclients == 0 && time(NULL) - D.idle_since >= (time_t)D.cfg.idle_exit_s && !peer_module_enabled();
 		pthread_mutex_unlock(&D.mu);
 		if (idle) {
 			dlog(DLSHIM_LOG_INFO, "idle for %u s with no clients: exiting", D.cfg.idle_exit_s);
@@ -248,6 +262,7 @@ int main(int argc, char **argv)
 			return 1;
 		return 1;
 	}
+	peer_module_start(); /* multi-node is optional: on failure this node serves locally */
 	dlog(DLSHIM_LOG_INFO, "listening in %s, cache %zu bytes, eviction %s", D.cfg.runtime_dir, D.shm_len,
 	     dlshim_evict_name(D.cfg.evict));
 	if (ready_fd >= 0) {

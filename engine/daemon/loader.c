@@ -6,11 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
 #include "daemon.h"
+#include "dlshim/scan.h"
 #include "extent_read.h"
 
 struct load_req {
@@ -131,10 +133,40 @@ static void populate(const struct iovec *iov, int n)
 #endif
 }
 
+/* Tests make a load overlap a rewrite for certain: DLSHIM_TEST_LOAD_PAUSE_MS
+ * pauses every load after its first read (never set in production). */
+static long pause_ms;
+static void read_pause_ms(void)
+{
+	const char *v = getenv("DLSHIM_TEST_LOAD_PAUSE_MS");
+	pause_ms = v ? atol(v) : 0;
+}
+
+static long test_pause_ms(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT; /* loader threads ask at once */
+	pthread_once(&once, read_pause_ms);
+	return pause_ms;
+}
+
+/* Same size, mtime and ctime before and after the read: nothing wrote to
+ * the file meanwhile (as far as its timestamps tell). */
+static int same_version(const struct stat *a, const struct stat *b)
+{
+	return a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec && a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
+	       a->st_ctim.tv_nsec == b->st_ctim.tv_nsec && a->st_ino == b->st_ino;
+}
+
 int loader_load_now(int fd, uint32_t slot, uint64_t size)
 {
 	uint64_t off = 0;
 	struct iovec iov[256];
+	struct stat before, after;
+	/* A file rewritten while it is read would be cached as a mix of two
+	 * versions: compare its version before and after, and drop the load. */
+	if (fstat(fd, &before) < 0 || (uint64_t)before.st_size != size || dlshim_fd_on_pseudo_fs(fd))
+		return -1; /* a pseudo file's size says nothing of its bytes */
 	while (off < size) {
 		/* No engine lock: the chain of a slot being loaded is ours alone. */
 		int n = dlshim_engine_slot_iov(D.eng, slot, off, iov, 256);
@@ -147,6 +179,15 @@ int loader_load_now(int fd, uint32_t slot, uint64_t size)
 		if (r <= 0)
 			return -1; /* error or the file shrank: never publish a short item */
 		off += (uint64_t)r;
+		if (test_pause_ms() > 0 && off < size) {
+			dlog(DLSHIM_LOG_DEBUG, "test pause of a load at %llu of %llu bytes", (unsigned long long)off,
+			     (unsigned long long)size);
+			usleep((useconds_t)test_pause_ms() * 1000);
+		}
+	}
+	if (fstat(fd, &after) < 0 || !same_version(&before, &after)) {
+		dlog(DLSHIM_LOG_INFO, "a file changed while it was loaded; not cached");
+		return -1;
 	}
 	/* The bytes now live in the shared cache: a second copy in the page
 	 * cache would only take memory from it. */

@@ -12,7 +12,10 @@
 #include "daemon.h"
 #include "dlshim/packet.h"
 #include "dlshim/proto.h"
+#include "dlshim/fileid.h"
 #include "dlshim/scan.h"
+#include "h5rows.h"
+#include "peer_module.h"
 
 struct conn {
 	int fd;
@@ -86,7 +89,7 @@ static int session_drop_pin(struct session *s, uint32_t slot, uint64_t gen)
 static int handle_hello(struct conn *c, const struct dlshim_msg_hello *h)
 {
 	struct dlshim_msg_hello_ok ok = {.daemon_pid = (uint32_t)getpid(), .segment_id = D.segment_id,
-					 .shm_len = D.shm_len};
+					 .shm_len = D.shm_len, .flags = D.memcg_limit ? DLSHIM_HELLO_OK_F_MEMCAP : 0};
 	pthread_mutex_lock(&D.mu);
 	if (h->kind == DLSHIM_HELLO_CONTROL) {
 		c->control = 1;
@@ -124,34 +127,50 @@ static int handle_hello(struct conn *c, const struct dlshim_msg_hello *h)
 }
 
 /* Load a missed file from the descriptor the client passed, after checking
- * it is the very file the engine allocated for. */
+ * it is the very file version the engine allocated for. */
 static int load_from(int fd, const struct dlshim_msg_open *o, uint32_t slot)
 {
 	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_dev != o->dev ||
-	    (uint64_t)st.st_ino != o->ino || (uint64_t)st.st_size != o->size ||
-	    (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec != o->mtime_ns)
+	struct dlshim_file_id want = {o->dev, o->ino, o->size, o->mtime_ns, o->ctime_ns};
+	if (fstat(fd, &st) < 0 || !dlshim_stat_is_version(&st, &want))
 		return -1;
 	return loader_load_now(fd, slot, o->size);
 }
 
 /* Open a catalog file by path for loading or for handing to a client,
- * checking it is still the file the catalog knows. */
+ * checking it is still the file version the catalog knows: the path may
+ * have been renamed over, rewritten, or replaced by a FIFO or device since
+ * the scan (O_NONBLOCK: opening a FIFO must not block this thread). A
+ * changed file is dropped from the cache and its new version remembered. */
 static int open_item(uint32_t item, const char *path)
 {
 	if (path == NULL)
 		return -1;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return -1;
 	struct stat st;
+	struct dlshim_file_id want;
 	pthread_mutex_lock(&D.mu);
-	uint64_t size = dlshim_engine_item_size(D.eng, item);
+	int known = dlshim_engine_item_id(D.eng, item, &want) == 0;
 	pthread_mutex_unlock(&D.mu);
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
+	if (!known || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_dev != want.dev ||
+	    (uint64_t)st.st_ino != want.ino) {
+		dlog(DLSHIM_LOG_DEBUG, "%s is no longer the file scanned; not used", path);
 		close(fd);
 		return -1;
 	}
+	if (!dlshim_stat_is_version(&st, &want)) {
+		struct dlshim_file_id now = dlshim_stat_version(&st);
+		pthread_mutex_lock(&D.mu);
+		dlshim_engine_item_changed(D.eng, item, &now);
+		pthread_mutex_unlock(&D.mu);
+		dlog(DLSHIM_LOG_DEBUG, "%s changed since it was cached or scanned; dropped", path);
+		close(fd);
+		return -1;
+	}
+	/* The client gets this descriptor as its own: no O_NONBLOCK left on it. */
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 	return fd;
 }
 
@@ -210,7 +229,7 @@ static void start_ahead(struct conn *c, const struct dlshim_open_result *res)
 
 static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd)
 {
-	struct dlshim_file_id id = {o->dev, o->ino, o->size, o->mtime_ns};
+	struct dlshim_file_id id = {o->dev, o->ino, o->size, o->mtime_ns, o->ctime_ns};
 	static __thread struct dlshim_open_result res;
 	struct dlshim_msg_open_r r;
 	memset(&r, 0, sizeof(r));
@@ -229,9 +248,9 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd)
 		clock_gettime(CLOCK_REALTIME, &dl);
 		dl.tv_sec += 5;
 		if (pthread_cond_timedwait(&D.loaded, &D.mu, &dl) == ETIMEDOUT) {
-			res.kind = DLSHIM_OPEN_PASS;
-			res.item = res.requested;
-			res.nload = 0;
+			/* Decide without waiting, so that in redirect modes the
+			 * file the client reads is the one recorded as served. */
+			dlshim_engine_open(D.eng, c->s->job, &id, flags | DLSHIM_OPEN_F_NOWAIT, &res);
 			break;
 		}
 	}
@@ -351,8 +370,7 @@ static int scan_cb(void *ctx, const char *path, const struct stat *st, const cha
 		a->cap = cap;
 	}
 	struct scanned *s = &a->v[a->n];
-	s->id = (struct dlshim_file_id){(uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size,
-					(int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec};
+	s->id = dlshim_stat_version(st);
 	s->path = strdup(path);
 	s->group = NULL;
 	/* A label group holds files of one directory (dir) or root (any) and
@@ -462,14 +480,36 @@ static int handle_dataset(struct conn *c, const void *payload, long len)
 	char err[256] = "";
 	long n = declare_files(c->s->job, roots, list, (enum dlshim_redirect)d.redirect, d.chunk, err, sizeof(err));
 	struct dlshim_cache_stats cs;
+	char name[DLSHIM_JOB_MAX + 1];
 	pthread_mutex_lock(&D.mu);
 	dlshim_engine_cache_stats(D.eng, &cs);
+	snprintf(name, sizeof(name), "%s", dlshim_engine_job_name(D.eng, c->s->job)); /* the job table changes under D.mu */
 	pthread_mutex_unlock(&D.mu);
 	int m = n < 0 ? snprintf(msg, sizeof(msg), "error: %s", err)
 		      : snprintf(msg, sizeof(msg), "files %ld redirect %s chunk %u", n,
 				 dlshim_redirect_name((enum dlshim_redirect)d.redirect), cs.chunk_files);
-	dlog(DLSHIM_LOG_INFO, "job %s dataset: %s", dlshim_engine_job_name(D.eng, c->s->job), msg);
+	dlog(DLSHIM_LOG_INFO, "job %s dataset: %s", name, msg);
 	return reply(c, DLSHIM_MSG_TEXT, msg, (uint32_t)m, -1);
+}
+
+/* A path this node does not have: maybe a peer is its home. */
+static int handle_open_path(struct conn *c, const char *path, long len)
+{
+	struct dlshim_msg_open_r r;
+	int sfd = -1;
+	if (len < 2 || path[len - 1] != 0 || strlen(path) != (size_t)len - 1) {
+		dlog(DLSHIM_LOG_WARN, "dropping client: malformed path in OPEN_PATH");
+		return -1;
+	}
+	if (peer_module_remote_open(c->s, path, &r, &sfd) == 0) {
+		pthread_mutex_lock(&D.mu);
+		session_add_pin(c->s, r.slot, r.gen);
+		pthread_mutex_unlock(&D.mu);
+	}
+	int rc = reply(c, DLSHIM_MSG_OPEN_R, &r, sizeof(r), sfd);
+	if (sfd >= 0)
+		close(sfd);
+	return rc;
 }
 
 static void handle_release(struct conn *c, const struct dlshim_msg_release *m)
@@ -477,7 +517,7 @@ static void handle_release(struct conn *c, const struct dlshim_msg_release *m)
 	pthread_mutex_lock(&D.mu);
 	if (m->flags & DLSHIM_RELEASE_F_FAST) {
 		/* A hit the client served through the shared index: no pin. */
-		struct dlshim_file_id id = {m->dev, m->ino, m->size, m->mtime_ns};
+		struct dlshim_file_id id = {m->dev, m->ino, m->size, m->mtime_ns, 0};
 		dlshim_engine_fast_hit(D.eng, c->s->job, &id);
 		dlshim_engine_release(D.eng, c->s->job, UINT32_MAX, 0, m->bytes_cache, m->bytes_pass);
 	} else if (m->slot == UINT32_MAX || session_drop_pin(c->s, m->slot, m->gen) == 0) {
@@ -486,6 +526,22 @@ static void handle_release(struct conn *c, const struct dlshim_msg_release *m)
 		dlog(DLSHIM_LOG_WARN, "pid %u released a pin it does not hold (slot %u)", c->s->pid, m->slot);
 	}
 	pthread_mutex_unlock(&D.mu);
+}
+
+/* Rows of an HDF5 dataset (h5rows.c decides and loads). */
+static int handle_rows(struct conn *c, const void *payload)
+{
+	const struct dlshim_msg_rows *m = payload;
+	const char *path = (const char *)payload + sizeof(*m); /* both names checked by the decoder */
+	const char *dset = path + strlen(path) + 1;
+	struct dlshim_msg_rows_r r;
+	h5rows_serve(c->s->job, m, path, dset, &r);
+	if (r.status == DLSHIM_OPEN_R_HIT) {
+		pthread_mutex_lock(&D.mu);
+		session_add_pin(c->s, r.slot, r.gen);
+		pthread_mutex_unlock(&D.mu);
+	}
+	return reply(c, DLSHIM_MSG_ROWS_R, &r, sizeof(r), -1);
 }
 
 static void conn_end(struct conn *c)
@@ -539,8 +595,12 @@ void *conn_thread(void *arg)
 		} else if (h.type == DLSHIM_MSG_OPEN && c->s) {
 			rc = handle_open(c, (const struct dlshim_msg_open *)buf, fd);
 			fd = -1;
+		} else if (h.type == DLSHIM_MSG_OPEN_PATH && c->s) {
+			rc = handle_open_path(c, (const char *)buf, n);
 		} else if (h.type == DLSHIM_MSG_DATASET && c->s) {
 			rc = handle_dataset(c, buf, n);
+		} else if (h.type == DLSHIM_MSG_ROWS && c->s) {
+			rc = handle_rows(c, buf);
 		} else if (h.type == DLSHIM_MSG_RELEASE && c->s) {
 			handle_release(c, (const struct dlshim_msg_release *)buf);
 		} else if (h.type == DLSHIM_MSG_STATS && (c->s || c->control)) {

@@ -6,6 +6,7 @@
 
 #include "daemon.h"
 #include "extent_read.h"
+#include "peer_module.h"
 
 struct out {
 	char *p;
@@ -112,6 +113,9 @@ size_t stats_json(char *buf, size_t cap, int job)
 		"\"extent_runs\":%llu,\"extent_device_bytes\":%llu},\n",
 	    D.cfg.extent_reads ? "auto" : "off", (unsigned long long)xs.files, (unsigned long long)xs.file_bytes,
 	    (unsigned long long)xs.runs, (unsigned long long)xs.device_bytes);
+	static char peers[64 * 1024];
+	peer_module_json(peers, sizeof(peers));
+	put(&o, " \"peers\":%s,\n", peers);
 	put(&o, " \"jobs\":[");
 	int n = dlshim_engine_njobs(D.eng);
 	for (int j = 0; j < n; j++) {

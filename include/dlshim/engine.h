@@ -30,10 +30,14 @@ struct dlshim_engine_opts {
 	uint64_t max_item_bytes;  /* larger files pass through */
 };
 
+/* A file version: (dev, ino) names the file; size, mtime and ctime tell its
+ * versions apart (ctime also catches a rewrite whose mtime was put back and
+ * an inode number reused by a new file). */
 struct dlshim_file_id {
 	uint64_t dev, ino;
 	uint64_t size;
 	int64_t mtime_ns;
+	int64_t ctime_ns;
 };
 
 enum dlshim_open_kind {
@@ -142,6 +146,13 @@ int dlshim_engine_job_rescan_due(struct dlshim_engine *e, int job);
 int dlshim_engine_job_epoch_stats(struct dlshim_engine *e, int job, uint32_t epoch, struct dlshim_epoch_stats *out);
 uint32_t dlshim_engine_job_epoch_current(struct dlshim_engine *e, int job);
 const char *dlshim_engine_item_path(struct dlshim_engine *e, uint32_t item);
+/* The version of the file the catalog describes (the one cached when the
+ * item is resident). -1 for an unknown item. */
+int dlshim_engine_item_id(struct dlshim_engine *e, uint32_t item, struct dlshim_file_id *out);
+/* The file on disk is `now`, no longer the catalog's version: drop the
+ * cached bytes (pinned readers keep their generation check) and remember
+ * the new version, so the next load reads it. */
+void dlshim_engine_item_changed(struct dlshim_engine *e, uint32_t item, const struct dlshim_file_id *now);
 uint64_t dlshim_engine_item_size(struct dlshim_engine *e, uint32_t item);
 /* Files per chunk that `auto` picks for the given sizes (exposed for tests). */
 uint32_t dlshim_chunk_auto(uint64_t cache_bytes, uint32_t ngroups, uint64_t mean_file_bytes);
@@ -151,7 +162,8 @@ const char *dlshim_engine_job_name(struct dlshim_engine *e, int job);
 int dlshim_engine_job_live(struct dlshim_engine *e, int job);
 int dlshim_engine_njobs(struct dlshim_engine *e);   /* ids are 0..njobs-1, live or not */
 
-#define DLSHIM_OPEN_F_RETRY 1u /* asking again after WAIT: not a new request */
+#define DLSHIM_OPEN_F_RETRY 1u  /* asking again after WAIT: not a new request */
+#define DLSHIM_OPEN_F_NOWAIT 2u /* waited too long: decide now (HIT, a load or PASS), never WAIT */
 
 /* Request the file `id` for `job`. Never blocks. */
 void dlshim_engine_open(struct dlshim_engine *e, int job, const struct dlshim_file_id *id,

@@ -29,6 +29,9 @@ enum dlshim_msg_type {
 	DLSHIM_MSG_STOP,          /* c->d: shut down; reply TEXT */
 	DLSHIM_MSG_ERROR,         /* d->c: request refused; payload is a message */
 	DLSHIM_MSG_DATASET,       /* c->d: declare the job's dataset (struct dlshim_msg_dataset + text); reply TEXT */
+	DLSHIM_MSG_ROWS,          /* c->d: rows of an HDF5 dataset (struct dlshim_msg_rows + names); reply ROWS_R */
+	DLSHIM_MSG_ROWS_R,
+	DLSHIM_MSG_OPEN_PATH,     /* c->d: open a path absent locally (multi-node); payload path + NUL; reply OPEN_R */
 	DLSHIM_MSG_TYPE_MAX
 };
 
@@ -52,9 +55,13 @@ struct dlshim_msg_hello {
 	uint32_t pad;
 };
 
+/* The cache is smaller than DLSHIM_CACHE asked: the coordinator's memory
+ * cgroup limit would not hold it (shm_len is what it got). */
+#define DLSHIM_HELLO_OK_F_MEMCAP 1u
+
 struct dlshim_msg_hello_ok {
 	uint32_t daemon_pid;
-	uint32_t pad;
+	uint32_t flags;           /* DLSHIM_HELLO_OK_F_* */
 	uint64_t segment_id;
 	uint64_t shm_len;
 };
@@ -62,12 +69,14 @@ struct dlshim_msg_hello_ok {
 struct dlshim_msg_open {
 	uint64_t dev, ino, size;
 	int64_t mtime_ns;
+	int64_t ctime_ns;         /* with size and mtime: which version of the file */
 };
 
 enum dlshim_open_status {
 	DLSHIM_OPEN_R_HIT = 1,    /* served from slot/gen */
 	DLSHIM_OPEN_R_PASS,       /* read the real file */
 	DLSHIM_OPEN_R_NEED_FD,    /* send LOADFD with the descriptor, then wait for OPEN_R */
+	DLSHIM_OPEN_R_ABSENT,     /* OPEN_PATH: on no reachable node (the client keeps its ENOENT) */
 };
 
 #define DLSHIM_OPEN_R_F_FD 1u /* a descriptor of the served (redirected) file accompanies */
@@ -102,6 +111,31 @@ struct dlshim_msg_dataset {
 	uint32_t sampler;         /* enum dlshim_sampler */
 	uint32_t chunk;           /* files per chunk, 0 = auto */
 	uint32_t pad;
+};
+
+/* Followed by the file's absolute path, a NUL, the dataset's name in the
+ * file and a NUL. The coordinator opens the file itself and checks that it
+ * is still (dev, ino, size, mtime) before reading rows from it. */
+struct dlshim_msg_rows {
+	uint64_t dev, ino, size;
+	int64_t mtime_ns;
+	uint64_t nrows;           /* first dimension of the dataset */
+	uint64_t row_bytes;       /* bytes of one row in the dataset's own type */
+	uint64_t row;             /* the row asked for */
+	uint32_t redirect;        /* enum dlshim_redirect of the job */
+	uint32_t chunk;           /* DLSHIM_CHUNK (rows per chunk), 0 = auto */
+};
+
+/* HIT: row `served` (== `row` unless redirected) is at byte
+ * (served - first) * row_bytes of the item in slot/gen, which holds rows
+ * [first, first + count); pinned until RELEASE. PASS: read it yourself. */
+struct dlshim_msg_rows_r {
+	uint32_t status;          /* DLSHIM_OPEN_R_HIT or DLSHIM_OPEN_R_PASS */
+	uint32_t slot;
+	uint64_t gen;
+	uint64_t size;            /* bytes of the item */
+	uint64_t first, count;
+	uint64_t served;
 };
 
 /* Encode a message into `buf` (at least sizeof hdr + len). Returns the

@@ -71,7 +71,7 @@ struct dlshim_shm_slot {
 	uint32_t nblocks;
 	uint64_t dev, ino;      /* identity of the cached file (diagnostics) */
 	int64_t mtime_ns;
-	uint64_t pad;
+	int64_t ctime_ns;
 };
 
 /* A validated view of a mapped segment. */
@@ -105,10 +105,10 @@ int dlshim_shm_attach(const void *base, size_t len, struct dlshim_shm_view *v);
 size_t dlshim_shm_layout(uint64_t data_bytes, uint64_t *nslots, uint64_t *nblocks);
 
 /* Find the published slot holding exactly this file version (identity,
- * size and mtime as fstat gives them) without asking the coordinator.
+ * size, mtime and ctime as fstat gives them) without asking the coordinator.
  * Returns the slot and sets *gen, or -1 (absent, changed, or being reused). */
 long dlshim_shm_lookup(const struct dlshim_shm_view *v, uint64_t dev, uint64_t ino, uint64_t size, int64_t mtime_ns,
-		       uint64_t *gen);
+		       int64_t ctime_ns, uint64_t *gen);
 
 static inline uint64_t dlshim_shm_hash(uint64_t dev, uint64_t ino)
 {

@@ -78,8 +78,8 @@ L = json.loads(subprocess.run([env.path("probe")], capture_output=True, check=Tr
 
 HDR_FMT = "=IHHII"                 # magic, version, type, len, seq
 HELLO_FMT = "=IIQ%dsII" % L["hello_job_len"]   # pid, kind, session, job, job_owner, pad
-HELLO_OK_FMT = "=IIQQ"             # daemon_pid, pad, segment_id, shm_len
-OPEN_FMT = "=QQQq"                 # dev, ino, size, mtime_ns
+HELLO_OK_FMT = "=IIQQ"             # daemon_pid, flags, segment_id, shm_len
+OPEN_FMT = "=QQQqq"                # dev, ino, size, mtime_ns, ctime_ns
 OPEN_R_FMT = "=IIIIQQ"             # status, item, slot, flags, gen, size
 RELEASE_FMT = "=IIQQQQQQqII"       # item, slot, gen, bytes_cache, bytes_pass, dev, ino, size, mtime_ns, flags, pad
 DATASET_FMT = "=IIII"              # redirect, sampler, chunk, pad
@@ -111,7 +111,7 @@ def hello_payload(job=b"hostile", kind=None, session=0x5EED, terminated=True):
 
 def file_id(path):
     st = os.stat(path)
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def open_payload(path):

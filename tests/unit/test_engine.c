@@ -279,6 +279,26 @@ static void test_stale_mtime_orphan(void **state)
 	assert_int_equal(cstats(f).stale_reloads, 1);
 }
 
+/* Same size and mtime but a new ctime (mtime put back after a rewrite, or a
+ * reused inode number): a new version, reloaded; the shared index no longer
+ * finds the old one. */
+static void test_stale_ctime(void **state)
+{
+	struct fx *f = *state;
+	struct dlshim_file_id a = F(1), a2 = F(1);
+	a2.ctime_ns = 99;
+	uint32_t s1, it;
+	uint64_t g1 = load_pinned(f, f->job, &a, &s1, &it), g;
+	assert_int_equal(dlshim_engine_release(f->e, f->job, s1, g1, 0, 0), 0);
+	assert_int_equal(dlshim_shm_lookup(&f->v, 1, 1, FSZ, 1, 0, &g), (long)s1);
+	assert_int_equal(dlshim_shm_lookup(&f->v, 1, 1, FSZ, 1, 99, &g), -1);
+	struct dlshim_open_result r;
+	open_x(f, f->job, &a2, 0, &r, DLSHIM_OPEN_LOAD);
+	assert_int_equal(cstats(f).stale_reloads, 1);
+	assert_int_equal(dlshim_shm_lookup(&f->v, 1, 1, FSZ, 1, 0, &g), -1);
+	dlshim_engine_load_done(f->e, f->job, it, 0);
+}
+
 /* A changed size reloads too; an unpinned old slot is freed at once. */
 static void test_stale_size_unpinned(void **state)
 {
@@ -1002,6 +1022,7 @@ int main(void)
 		T(test_catalog_identity, setup_lru),
 		T(test_hit_after_load, setup_lru),
 		T(test_stale_mtime_orphan, setup_lru),
+		T(test_stale_ctime, setup_lru),
 		T(test_stale_size_unpinned, setup_lru),
 		T(test_wait_while_loading, setup_lru),
 		cmocka_unit_test(test_pass_too_big),

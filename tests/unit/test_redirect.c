@@ -229,7 +229,8 @@ struct rig {
 	uint64_t disk[DLSHIM_ENGINE_MAX_JOBS]; /* bytes this driver loaded per job */
 	uint64_t rng;
 	uint32_t defer_pct;      /* chance that a request's loads stay outstanding */
-	uint64_t waits, passes, chunk_results;
+	uint32_t nowait_pct;     /* chance that a WAIT is given up (the coordinator's timeout) */
+	uint64_t waits, passes, chunk_results, nowaits;
 	uint32_t max_nload;
 	int hold_pins;           /* the test holds pins of its own */
 	struct dlshim_open_result res;
@@ -368,6 +369,15 @@ static uint32_t rig_open(struct rig *r, int job, const struct tfile *f)
 		if (res->kind != DLSHIM_OPEN_WAIT)
 			break;
 		r->waits++;
+		if (rndn(&r->rng, 100) < r->nowait_pct) {
+			/* The coordinator waited too long: it asks again without
+			 * waiting, and the client reads what the engine answers. */
+			dlshim_engine_open(r->e, job, &f->id, DLSHIM_OPEN_F_RETRY | DLSHIM_OPEN_F_NOWAIT, res);
+			if (res->kind == DLSHIM_OPEN_WAIT)
+				fail_msg("%s: WAIT after DLSHIM_OPEN_F_NOWAIT", f->path);
+			r->nowaits++;
+			break;
+		}
 		/* WAIT is right only while a load is outstanding: after all are
 		 * done, a second WAIT means an item is stuck loading. */
 		if (r->npend == 0)
@@ -646,6 +656,8 @@ struct cfg {
 
 /* Sampler of the jobs run_cfg starts (test_permutation_dsa sets dsa). */
 static enum dlshim_sampler cfg_sampler = DLSHIM_SAMPLER_CHUNK;
+static uint32_t g_nowait_pct; /* set by test_permutation_wait_given_up */
+static uint64_t g_nowaits;    /* how many given-up WAITs the runs saw */
 
 struct outcome {
 	uint64_t requests, redirects, reopens, waits, passes, evictions, waste, ahead;
@@ -662,6 +674,7 @@ static struct outcome run_cfg(const struct cfg *c, uint64_t seed)
 		cache = 4 * BS;
 	struct rig *r = rig_new(cache, c->evict, seed);
 	r->defer_pct = c->defer_pct;
+	r->nowait_pct = g_nowait_pct;
 	struct jrun jr[4];
 	char what[160];
 	snprintf(what, sizeof(what), "%s seed %llu", c->name, (unsigned long long)seed);
@@ -708,6 +721,7 @@ static struct outcome run_cfg(const struct cfg *c, uint64_t seed)
 	assert_int_equal(cs.items_pinned, 0); /* every pin was given back */
 	o.waits = r->waits;
 	o.passes = r->passes;
+	g_nowaits += r->nowaits;
 	o.evictions = cs.evictions;
 	o.waste = cs.waste_bytes;
 	o.chunk_files = chunk_files;
@@ -775,6 +789,27 @@ static void test_permutation_deferred_and_reopen(void **state)
 		{"dir reopen chunk 1, cache 1/5", DLSHIM_REDIRECT_DIR, {1, 8, 5, 30, 1, 0, SZ, 0}, 1, 20, 1, 3, 0, 50, 0},
 	};
 	run_cfgs(cs, sizeof(cs) / sizeof(cs[0]), 3);
+}
+
+/* The coordinator gives up a WAIT after a while (a stalled loader) and asks
+ * again with DLSHIM_OPEN_F_NOWAIT: the file the client then reads is the one
+ * the engine recorded as served, so permutations still hold (before, the
+ * client read its own file and a stand-in or nothing was consumed). */
+static void test_permutation_wait_given_up(void **state)
+{
+	(void)state;
+	static const struct cfg cs[] = {
+		{"dir give-up auto, cache 1/3", DLSHIM_REDIRECT_DIR, {1, 8, 5, 30, 1, 0, SZ, 0}, 0, 33, 2, 4, 70, 20,
+		 0},
+		{"any give-up chunk 8, cache 1/4", DLSHIM_REDIRECT_ANY, {1, 6, 5, 30, 1, 0, SZ, 0}, 8, 25, 2, 3, 70, 20,
+		 0},
+	};
+	g_nowait_pct = 50;
+	g_nowaits = 0;
+	run_cfgs(cs, sizeof(cs) / sizeof(cs[0]), 4);
+	g_nowait_pct = 0;
+	print_message("  given-up WAITs: %llu\n", (unsigned long long)g_nowaits);
+	assert_true(g_nowaits > 0); /* the case was exercised */
 }
 
 /* Two jobs on one dataset, requests interleaved: each job's own epochs are
@@ -1486,7 +1521,7 @@ static void test_partial_chunk_loads_handed_over(void **state)
 	uint32_t fslot[8];
 	uint64_t fgen[8];
 	for (int k = 0; k < 8; k++) {
-		struct dlshim_file_id id = {1, 500 + (uint64_t)k, 100, 7};
+		struct dlshim_file_id id = {1, 500 + (uint64_t)k, 100, 7, 0};
 		dlshim_engine_open(r->e, c, &id, 0, &r->res);
 		assert_int_equal(r->res.kind, DLSHIM_OPEN_LOAD);
 		fslot[k] = r->res.slot;
@@ -1549,7 +1584,7 @@ static void test_group_kinds_do_not_mix(void **state)
 	for (int pass = 0; pass < 2; pass++) {
 		int job = pass ? jd : jx;
 		for (int i = 0; i < 16; i++) {
-			ids[i] = (struct dlshim_file_id){7, 100 + (uint64_t)i, 1000, 5};
+			ids[i] = (struct dlshim_file_id){7, 100 + (uint64_t)i, 1000, 5, 0};
 			snprintf(path, sizeof(path), "/r/c%d/f%d.jpg", i % 2, i);
 			if (pass)
 				snprintf(key, sizeof(key), "d:/r/c%d|.jpg", i % 2);
@@ -1596,6 +1631,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_group_kinds_do_not_mix),
+		cmocka_unit_test(test_permutation_wait_given_up),
 		cmocka_unit_test_teardown(test_permutation_single_job, teardown),
 		cmocka_unit_test_teardown(test_permutation_deferred_and_reopen, teardown),
 		cmocka_unit_test_teardown(test_permutation_two_jobs, teardown),

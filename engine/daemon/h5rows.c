@@ -1,0 +1,314 @@
+/* The coordinator's side of HDF5 row caching: plan a dataset's row chunks
+ * (whole HDF5 chunks, aggregated to a few hundred KiB), pick the row to
+ * serve (include/dlshim/rows.h), and load a row chunk with one H5Dread of
+ * consecutive rows. The serial HDF5 library is not thread-safe: every
+ * HDF5 call holds h5_mu. */
+#include <errno.h>
+#include <hdf5.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "daemon.h"
+#include "dlshim/rows.h"
+#include "h5rows.h"
+
+#define PLANS 64
+#define AGG_BYTES (512u * 1024u) /* default bytes per row chunk: large reads, little waste */
+
+struct plan {
+	uint64_t dev, ino, size, chunk;
+	int64_t mtime_ns;
+	uint64_t dset_hash, nrows, row_bytes, chunk_rows;
+	int ok;                   /* 0: this dataset passes through */
+	int used;
+	uint64_t stamp;
+};
+
+static pthread_mutex_t h5_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct plan plans[PLANS]; /* under h5_mu */
+static uint64_t plan_clock;
+static struct dlshim_rows *rows; /* under D.mu */
+
+static void h5_init_locked(void)
+{
+	static int done;
+	if (!done) {
+		H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* failures are reported by dlog, not HDF5's stack dump */
+		done = 1;
+	}
+}
+
+/* Open the file read-only and check it is the client's file version. */
+static hid_t open_checked(const char *path, const struct dlshim_msg_rows *m)
+{
+	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+	if (f < 0)
+		return -1;
+	int *fdp = NULL;
+	struct stat st;
+	if (H5Fget_vfd_handle(f, H5P_DEFAULT, (void **)&fdp) < 0 || fdp == NULL || fstat(*fdp, &st) < 0 ||
+	    (uint64_t)st.st_dev != m->dev || (uint64_t)st.st_ino != m->ino || (uint64_t)st.st_size != m->size ||
+	    (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec != m->mtime_ns) {
+		H5Fclose(f);
+		return -1;
+	}
+	return f;
+}
+
+/* Is the dataset one whose rows we can read exactly as the client would,
+ * and how many rows go in one cache item? */
+static int plan_dataset(hid_t d, const struct dlshim_msg_rows *m, uint64_t cache_bytes, uint64_t *chunk_rows)
+{
+	int ok = 0;
+	hid_t sp = H5Dget_space(d), t = H5Dget_type(d), dc = H5Dget_create_plist(d);
+	hsize_t dims[H5S_MAX_RANK], cd[H5S_MAX_RANK];
+	int nd = sp >= 0 ? H5Sget_simple_extent_dims(sp, dims, NULL) : -1;
+	if (nd < 1 || t < 0 || dc < 0)
+		goto out;
+	H5T_class_t cls = H5Tget_class(t);
+	if (cls != H5T_INTEGER && cls != H5T_FLOAT)
+		goto out;
+	uint64_t rb = H5Tget_size(t);
+	for (int i = 1; i < nd; i++)
+		rb *= dims[i];
+	H5D_layout_t lay = H5Pget_layout(dc);
+	if (dims[0] != m->nrows || rb != m->row_bytes || rb == 0 || lay == H5D_VIRTUAL || lay < 0 ||
+	    H5Pget_external_count(dc) != 0)
+		goto out;
+	uint64_t c0 = 1;
+	if (lay == H5D_CHUNKED && H5Pget_chunk(dc, nd, cd) == nd && cd[0] > 0)
+		c0 = cd[0];
+	/* A row chunk stays a small part of the cache, so several datasets'
+	 * chunks and a few chunks ahead fit together. */
+	uint64_t agg = cache_bytes / 32 < AGG_BYTES ? cache_bytes / 32 : AGG_BYTES;
+	uint64_t want = m->chunk ? m->chunk : (agg + rb - 1) / rb;
+	if (want == 0)
+		want = 1;
+	uint64_t k = (want + c0 - 1) / c0 * c0; /* whole HDF5 chunks: each is read and decoded once */
+	*chunk_rows = k < m->nrows ? k : m->nrows;
+	ok = 1;
+out:
+	if (sp >= 0)
+		H5Sclose(sp);
+	if (t >= 0)
+		H5Tclose(t);
+	if (dc >= 0)
+		H5Pclose(dc);
+	return ok;
+}
+
+static int get_plan(const struct dlshim_msg_rows *m, const char *path, const char *dset, struct plan *out)
+{
+	uint64_t dh = dlshim_rows_name_hash(dset);
+	pthread_mutex_lock(&h5_mu);
+	struct plan *p = NULL, *old = &plans[0];
+	for (int i = 0; i < PLANS; i++) {
+		struct plan *q = &plans[i];
+		if (q->used && q->dev == m->dev && q->ino == m->ino && q->size == m->size && q->mtime_ns == m->mtime_ns &&
+		    q->dset_hash == dh && q->nrows == m->nrows && q->row_bytes == m->row_bytes && q->chunk == m->chunk) {
+			p = q;
+			break;
+		}
+		if (!q->used || q->stamp < old->stamp)
+			old = q;
+	}
+	if (p == NULL) {
+		h5_init_locked();
+		p = old;
+		memset(p, 0, sizeof(*p));
+		hid_t f = open_checked(path, m);
+		if (f < 0) {
+			pthread_mutex_unlock(&h5_mu);
+			return 0; /* not cached: the file may be changing */
+		}
+		hid_t d = H5Dopen2(f, dset, H5P_DEFAULT);
+		struct dlshim_cache_stats cs;
+		pthread_mutex_lock(&D.mu);
+		dlshim_engine_cache_stats(D.eng, &cs);
+		pthread_mutex_unlock(&D.mu);
+		p->ok = d >= 0 && plan_dataset(d, m, cs.capacity_bytes, &p->chunk_rows);
+		if (d >= 0)
+			H5Dclose(d);
+		H5Fclose(f);
+		p->dev = m->dev, p->ino = m->ino, p->size = m->size, p->mtime_ns = m->mtime_ns;
+		p->dset_hash = dh, p->nrows = m->nrows, p->row_bytes = m->row_bytes, p->chunk = m->chunk;
+		p->used = 1;
+		if (!p->ok)
+			dlog(DLSHIM_LOG_INFO, "%s:%s: rows pass through (layout or type not cached)", path, dset);
+	}
+	p->stamp = ++plan_clock;
+	*out = *p;
+	pthread_mutex_unlock(&h5_mu);
+	return out->ok;
+}
+
+/* Read rows [first, first + count) into the slot being loaded. */
+static int load_rows(const char *path, const char *dset, const struct dlshim_msg_rows *m, uint64_t first,
+		     uint64_t count, uint32_t slot)
+{
+	uint64_t bytes = count * m->row_bytes;
+	uint8_t *buf = malloc(bytes ? bytes : 1);
+	if (buf == NULL)
+		return -1;
+	int rc = -1;
+	pthread_mutex_lock(&h5_mu);
+	h5_init_locked();
+	hid_t f = open_checked(path, m), d = -1, fs = -1, ms = -1, t = -1;
+	if (f < 0 || (d = H5Dopen2(f, dset, H5P_DEFAULT)) < 0 || (fs = H5Dget_space(d)) < 0 || (t = H5Dget_type(d)) < 0)
+		goto out;
+	hsize_t dims[H5S_MAX_RANK], start[H5S_MAX_RANK] = {0}, cnt[H5S_MAX_RANK];
+	int nd = H5Sget_simple_extent_dims(fs, dims, NULL);
+	if (nd < 1 || dims[0] != m->nrows)
+		goto out;
+	memcpy(cnt, dims, sizeof(hsize_t) * (size_t)nd);
+	start[0] = first;
+	cnt[0] = count;
+	/* The dataset's own type in memory: no conversion, the bytes a client
+	 * reading with an equal memory type gets. */
+	if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, cnt, NULL) < 0 ||
+	    (ms = H5Screate_simple(nd, cnt, NULL)) < 0 || H5Dread(d, t, ms, fs, H5P_DEFAULT, buf) < 0)
+		goto out;
+	rc = 0;
+out:
+	if (ms >= 0)
+		H5Sclose(ms);
+	if (t >= 0)
+		H5Tclose(t);
+	if (fs >= 0)
+		H5Sclose(fs);
+	if (d >= 0)
+		H5Dclose(d);
+	if (f >= 0)
+		H5Fclose(f);
+	pthread_mutex_unlock(&h5_mu);
+	if (rc == 0) {
+		/* Scatter into the slot's block chain (stable while we hold its load). */
+		uint64_t off = 0;
+		while (off < bytes) {
+			struct iovec iov[16];
+			int n = dlshim_engine_slot_iov(D.eng, slot, off, iov, 16);
+			if (n <= 0) {
+				rc = -1;
+				break;
+			}
+			for (int i = 0; i < n && off < bytes; i++) {
+				size_t l = iov[i].iov_len < bytes - off ? iov[i].iov_len : bytes - off;
+				memcpy(iov[i].iov_base, buf + off, l);
+				off += l;
+			}
+		}
+	} else {
+		dlog(DLSHIM_LOG_WARN, "%s:%s: cannot read rows %llu..%llu; clients read them themselves", path, dset,
+		     (unsigned long long)first, (unsigned long long)(first + count));
+	}
+	free(buf);
+	return rc;
+}
+
+struct resident_ctx {
+	const struct dlshim_msg_rows *m;
+	uint64_t dset_hash, k;
+};
+
+/* The file's dataset with the same row count and the finest row chunks
+ * (largest rows): its residency decides which rows are cheap to serve,
+ * whichever dataset (inputs or labels) asks first. */
+static void primary(const struct plan *p, uint64_t *hash, uint64_t *k)
+{
+	*hash = p->dset_hash;
+	*k = p->chunk_rows;
+	pthread_mutex_lock(&h5_mu);
+	for (int i = 0; i < PLANS; i++) {
+		const struct plan *q = &plans[i];
+		if (q->used && q->ok && q->dev == p->dev && q->ino == p->ino && q->mtime_ns == p->mtime_ns &&
+		    q->nrows == p->nrows && q->chunk == p->chunk && q->chunk_rows < *k) {
+			*hash = q->dset_hash;
+			*k = q->chunk_rows;
+		}
+	}
+	pthread_mutex_unlock(&h5_mu);
+}
+
+/* Called under D.mu by the row mapping. */
+static int chunk_resident(void *ctx, uint64_t first, uint64_t n)
+{
+	(void)n;
+	const struct resident_ctx *c = ctx;
+	struct dlshim_file_id id;
+	dlshim_rows_chunk_id(c->m->dev, c->m->ino, c->m->mtime_ns, c->dset_hash, c->k, first / c->k, 0, &id);
+	uint32_t it = dlshim_engine_find_item(D.eng, id.dev, id.ino);
+	return it != DLSHIM_NO_ITEM && dlshim_engine_item_resident(D.eng, it);
+}
+
+void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, const char *dset,
+		  struct dlshim_msg_rows_r *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->status = DLSHIM_OPEN_R_PASS;
+	struct plan p;
+	if (m->row >= m->nrows || !get_plan(m, path, dset, &p))
+		return;
+	uint64_t k = p.chunk_rows, served = m->row;
+	struct resident_ctx rc = {m, p.dset_hash, k};
+	if (m->redirect == DLSHIM_REDIRECT_ANY)
+		primary(&p, &rc.dset_hash, &rc.k);
+	pthread_mutex_lock(&D.mu);
+	if (m->redirect == DLSHIM_REDIRECT_ANY) {
+		if (rows == NULL)
+			rows = dlshim_rows_create();
+		const char *jn = dlshim_engine_job_name(D.eng, job);
+		int64_t j = dlshim_rows_map(rows, job, dlshim_rows_name_hash(jn ? jn : ""), m->dev, m->ino, m->nrows,
+					    p.dset_hash, m->row, rc.k, chunk_resident, &rc);
+		if (j >= 0)
+			served = (uint64_t)j;
+	}
+	uint64_t first = served / k * k, count = m->nrows - first < k ? m->nrows - first : k;
+	struct dlshim_file_id id;
+	dlshim_rows_chunk_id(m->dev, m->ino, m->mtime_ns, p.dset_hash, k, first / k, count * m->row_bytes, &id);
+	struct dlshim_open_result *res = malloc(sizeof(*res));
+	if (res == NULL) {
+		pthread_mutex_unlock(&D.mu);
+		return;
+	}
+	unsigned flags = 0;
+	for (;;) {
+		dlshim_engine_open(D.eng, job, &id, flags, res);
+		if (res->kind != DLSHIM_OPEN_WAIT)
+			break;
+		flags = DLSHIM_OPEN_F_RETRY;
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 5;
+		if (pthread_cond_timedwait(&D.loaded, &D.mu, &dl) == ETIMEDOUT) {
+			res->kind = DLSHIM_OPEN_PASS;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&D.mu);
+	if (res->kind == DLSHIM_OPEN_LOAD) {
+		int ok = load_rows(path, dset, m, first, count, res->slot) == 0;
+		pthread_mutex_lock(&D.mu);
+		uint64_t gen = dlshim_engine_load_done(D.eng, job, res->item, ok);
+		pthread_cond_broadcast(&D.loaded);
+		pthread_mutex_unlock(&D.mu);
+		res->kind = gen ? DLSHIM_OPEN_HIT : DLSHIM_OPEN_PASS;
+		res->gen = gen;
+	}
+	r->served = served; /* also on PASS: the client then reads this row itself */
+	if (res->kind == DLSHIM_OPEN_HIT) {
+		r->status = DLSHIM_OPEN_R_HIT;
+		r->slot = res->slot;
+		r->gen = res->gen;
+		r->size = count * m->row_bytes;
+		r->first = first;
+		r->count = count;
+	}
+	free(res);
+}
+
+void h5rows_job_end(int job)
+{
+	if (rows)
+		dlshim_rows_job_end(rows, job);
+}

@@ -1,0 +1,85 @@
+/* Multi-node cache: membership, the UCX transport, the cluster-wide file
+ * catalog and both sides of a remote fetch. All of it is off (and costs
+ * nothing) unless DLSHIM_PEERS is set; any failure here leaves the node
+ * serving its local data. */
+#ifndef DLSHIM_PEER_H
+#define DLSHIM_PEER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "dlshim/proto.h"
+#include "peer_proto.h"
+
+struct session;
+
+/* Remote requests one client process may have in flight at once: bounds
+ * the incast a single job can cause on a home node. */
+#define PEER_INFLIGHT_PER_CLIENT 4
+
+/* ---- membership (peer_members.c) ---- */
+struct peer_addr {
+	char host[256];
+	char port[8];
+	char name[272];        /* host:port as written in DLSHIM_PEERS */
+};
+/* Parse DLSHIM_PEERS ("host:port,host:port,...") and DLSHIM_NODE (an index
+ * into that list, host:port or host). Returns the node count and sets
+ * *self, or -1 with `err` saying what is wrong. */
+int peer_parse_members(const char *peers, const char *node, struct peer_addr *out, int max, int *self,
+		       char *err, size_t errlen);
+
+/* ---- transport (peer.c) ---- */
+/* Start membership and UCX (own thread). Returns 0 when multi-node is on,
+ * 1 when it is off (no DLSHIM_PEERS), -1 on an error already logged (the
+ * node then serves locally). */
+int peer_start(void);
+int peer_enabled(void);
+int peer_self(void);        /* this node's index */
+/* Fetch `path` from a reachable node in `holders` (bit mask) into the local
+ * slot being loaded, described by `iov`. Blocks until done. 0, or -1 with
+ * `why` saying which node failed and how. */
+int peer_fetch(const char *path, uint64_t size, int64_t mtime_ns, uint64_t holders, const struct iovec *iov,
+	       int niov, char *why, size_t whylen);
+/* The multi-node part of the stats JSON (an object, no trailing comma). */
+size_t peer_json(char *buf, size_t cap);
+/* Counters kept by the requester side. */
+void peer_count_remote(int ok, uint64_t bytes, int local_hit);
+
+/* ---- catalog (peer_catalog.c) ---- */
+/* Scan the local roots once: the files this node is home for. */
+long peer_catalog_scan_local(const char *roots);
+/* Encode the local list into FILES messages of at most PEER_MSG_MAX bytes;
+ * calls `fn` for each. */
+void peer_catalog_encode_local(uint32_t node, uint64_t incarnation, void (*fn)(void *ctx, void *msg, size_t len),
+			       void *ctx);
+/* Add the entries of a FILES message from `node`; -1 when malformed. */
+int peer_catalog_add_msg(int node, const void *msg, size_t len);
+/* A file some node is home for: size, mtime and the nodes holding it. */
+int peer_catalog_find(const char *path, uint64_t *size, int64_t *mtime_ns, uint64_t *holders);
+/* Is `path` one of this node's own files (and its size/mtime)? */
+int peer_catalog_local(const char *path, uint64_t *size, int64_t *mtime_ns);
+long peer_catalog_count(int node);   /* files known on `node` (-1: this node's local list) */
+
+/* ---- home side (peer_home.c) ---- */
+int peer_home_start(void);
+/* Queue a FETCH from `node`; the answer goes back through peer_send_fetch_r. */
+void peer_home_request(int node, uint64_t req, const char *path);
+/* DONE from the requester, or its deadline: unpin. */
+void peer_home_done(int node, uint64_t req, uint32_t slot, uint64_t gen);
+void peer_home_expire(int node_or_all);
+/* "served":{...} counters of what this node sent to peers, with a trailing comma-free body. */
+size_t peer_home_json(char *buf, size_t cap);
+/* Called by the home threads: hand a FETCH_R (malloc'ed, ownership passes) to the transport. */
+void peer_send_fetch_r(int node, void *msg, size_t len);
+
+/* ---- requester side (remote_open.c) ---- */
+/* A local client opened `path`, absent locally. Fill `r` (HIT) and *sfd (a
+ * read-only descriptor holding the file's bytes), or return -1 (absent
+ * everywhere, or its home is unreachable: logged with the reason). */
+int remote_open(struct session *s, const char *path, struct dlshim_msg_open_r *r, int *sfd);
+
+#include "peer_module.h" /* rdma_devices(), in the coordinator itself */
+
+#endif

@@ -1,0 +1,283 @@
+/* The home side of a remote fetch: a peer asks for one of our files; we put
+ * it in our cache like a local miss (under a job of its own, "peers"), pin
+ * it, and answer with the slot's block runs for the requester's RMA gets.
+ * The pin lasts until the requester's DONE, its restart, or a deadline, so
+ * a vanished requester cannot hold cache space for ever. Loads run in two
+ * threads of their own: the transport thread never waits for a disk. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "dlshim/shm.h"
+#include "dlshim/fileid.h"
+#include "peer.h"
+
+#define HOME_THREADS 2
+#define PIN_DEADLINE_S 30
+
+struct req {
+	int node;
+	uint64_t req;
+	char *path;
+	struct req *next;
+};
+
+struct hpin {
+	int node;
+	uint64_t req, gen, size;
+	uint32_t slot;
+	time_t deadline;
+	struct hpin *next;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static struct req *head, *tail;
+static struct hpin *pins;
+static int job = -1;
+static uint64_t served, served_bytes, refused;
+
+void peer_home_request(int node, uint64_t rq, const char *path)
+{
+	struct req *r = malloc(sizeof(*r));
+	if (r == NULL || (r->path = strdup(path)) == NULL) {
+		free(r);
+		return; /* the requester times out */
+	}
+	r->node = node;
+	r->req = rq;
+	r->next = NULL;
+	pthread_mutex_lock(&mu);
+	if (tail)
+		tail->next = r;
+	else
+		head = r;
+	tail = r;
+	pthread_cond_signal(&cv);
+	pthread_mutex_unlock(&mu);
+}
+
+/* Block runs of a published, pinned slot. Called with D.mu. */
+static uint32_t slot_runs(uint32_t slot, uint64_t size, struct peer_run *runs, uint32_t max)
+{
+	const struct dlshim_shm_header *h = D.shm_base;
+	const struct dlshim_shm_slot *s = (const void *)((const char *)D.shm_base + h->slots_off) ;
+	const uint32_t *next = (const void *)((const char *)D.shm_base + h->next_off);
+	if (slot >= h->nslots)
+		return UINT32_MAX;
+	uint64_t need = (size + DLSHIM_BLOCK_SIZE - 1) / DLSHIM_BLOCK_SIZE;
+	uint32_t b = s[slot].first_block, n = 0;
+	for (uint64_t k = 0; k < need; k++) {
+		if (b >= h->nblocks)
+			return UINT32_MAX;
+		if (n && runs[n - 1].first + runs[n - 1].count == b)
+			runs[n - 1].count++;
+		else if (n == max)
+			return UINT32_MAX;
+		else
+			runs[n++] = (struct peer_run){b, 1};
+		b = next[b];
+	}
+	return n;
+}
+
+/* Put the file in the cache and pin it; 0 or an errno value. */
+static int load_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint64_t *size, int64_t *mtime)
+{
+	uint64_t lsize;
+	int64_t lmt;
+	if (peer_catalog_local(path, &lsize, &lmt) < 0)
+		return ENOENT; /* only files of our own dataset part are served */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW);
+	if (fd < 0)
+		return errno;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return EINVAL;
+	}
+	struct dlshim_file_id id = dlshim_stat_version(&st);
+	*size = id.size;
+	*mtime = id.mtime_ns;
+	struct dlshim_open_result res;
+	int rc = 0;
+	unsigned flags = 0;
+	pthread_mutex_lock(&D.mu);
+	for (;;) {
+		dlshim_engine_open(D.eng, job, &id, flags, &res);
+		if (res.kind != DLSHIM_OPEN_WAIT)
+			break;
+		flags = DLSHIM_OPEN_F_RETRY;
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 5;
+		if (pthread_cond_timedwait(&D.loaded, &D.mu, &dl) == ETIMEDOUT) {
+			res.kind = DLSHIM_OPEN_PASS;
+			break;
+		}
+	}
+	if (res.kind == DLSHIM_OPEN_HIT) {
+		*slot = res.slot;
+		*gen = res.gen;
+	} else if (res.kind == DLSHIM_OPEN_LOAD) {
+		pthread_mutex_unlock(&D.mu);
+		int ok = loader_load_now(fd, res.slot, id.size) == 0;
+		pthread_mutex_lock(&D.mu);
+		*gen = dlshim_engine_load_done(D.eng, job, res.item, ok);
+		*slot = res.slot;
+		pthread_cond_broadcast(&D.loaded);
+		rc = *gen ? 0 : EIO;
+	} else {
+		rc = ENOSPC; /* too big for the cache, or nothing evictable */
+	}
+	pthread_mutex_unlock(&D.mu);
+	close(fd);
+	return rc;
+}
+
+static void serve(struct req *r)
+{
+	uint32_t slot = 0, max;
+	uint64_t gen = 0, size = 0;
+	int64_t mtime = 0;
+	int rc = load_pinned(r->path, &slot, &gen, &size, &mtime);
+	/* Never more runs than blocks (a file is at most DLSHIM_MAX_ITEM). */
+	uint64_t need = (size + DLSHIM_BLOCK_SIZE - 1) / DLSHIM_BLOCK_SIZE;
+	max = need < (1u << 24) ? (uint32_t)need + 1 : 1u << 24;
+	char *m = malloc(sizeof(struct peer_fetch_r) + max * sizeof(struct peer_run));
+	uint32_t nruns = 0;
+	if (rc == 0) {
+		pthread_mutex_lock(&D.mu);
+		nruns = m ? slot_runs(slot, size, (struct peer_run *)(m + sizeof(struct peer_fetch_r)), max) : UINT32_MAX;
+		if (nruns == UINT32_MAX) {
+			/* Too fragmented to describe in one message: refuse, unpin. */
+			dlshim_engine_release(D.eng, job, slot, gen, 0, 0);
+			rc = E2BIG;
+			nruns = 0;
+		}
+		pthread_mutex_unlock(&D.mu);
+	}
+	if (m == NULL) {
+		if (rc == 0) {
+			pthread_mutex_lock(&D.mu);
+			dlshim_engine_release(D.eng, job, slot, gen, 0, 0);
+			pthread_mutex_unlock(&D.mu);
+		}
+		return;
+	}
+	struct peer_fetch_r h = {.node = 0, .status = rc, .req = r->req, .size = size, .mtime_ns = mtime,
+				 .gen = gen, .slot = slot, .nruns = nruns};
+	h.node = (uint32_t)peer_self();
+	memcpy(m, &h, sizeof(h));
+	pthread_mutex_lock(&mu);
+	if (rc == 0) {
+		struct hpin *p = malloc(sizeof(*p));
+		if (p) {
+			*p = (struct hpin){r->node, r->req, gen, size, slot, time(NULL) + PIN_DEADLINE_S, pins};
+			pins = p;
+		}
+	} else {
+		refused++;
+		dlog(DLSHIM_LOG_INFO, "peers: cannot serve %s to node %d: %s", r->path, r->node, strerror(rc));
+	}
+	pthread_mutex_unlock(&mu);
+	peer_send_fetch_r(r->node, m, sizeof(h) + nruns * sizeof(struct peer_run));
+}
+
+static void *home_thread(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		pthread_mutex_lock(&mu);
+		while (head == NULL)
+			pthread_cond_wait(&cv, &mu);
+		struct req *r = head;
+		head = r->next;
+		if (head == NULL)
+			tail = NULL;
+		pthread_mutex_unlock(&mu);
+		serve(r);
+		free(r->path);
+		free(r);
+	}
+	return NULL;
+}
+
+int peer_home_start(void)
+{
+	pthread_mutex_lock(&D.mu);
+	job = dlshim_engine_job_attach(D.eng, "peers");
+	pthread_mutex_unlock(&D.mu);
+	if (job < 0)
+		return -1;
+	for (int i = 0; i < HOME_THREADS; i++) {
+		pthread_t t;
+		if (pthread_create(&t, NULL, home_thread, NULL) != 0)
+			return -1;
+		pthread_detach(t);
+	}
+	return 0;
+}
+
+/* Unpin every pin matching: one request (done), one node (restarted) or
+ * all expired ones (node_or_all -1). */
+static void unpin(int node, uint64_t rq, int all_of_node, int expired, int count)
+{
+	time_t now = time(NULL);
+	struct hpin *drop = NULL;
+	pthread_mutex_lock(&mu);
+	for (struct hpin **pp = &pins; *pp;) {
+		struct hpin *p = *pp;
+		int hit = expired ? now > p->deadline : p->node == node && (all_of_node || p->req == rq);
+		if (hit) {
+			*pp = p->next;
+			p->next = drop;
+			drop = p;
+			if (count) {
+				served++;
+				served_bytes += p->size;
+			}
+		} else {
+			pp = &p->next;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	if (drop == NULL)
+		return;
+	pthread_mutex_lock(&D.mu);
+	for (struct hpin *p = drop, *nx; p; p = nx) {
+		nx = p->next;
+		dlshim_engine_release(D.eng, job, p->slot, p->gen, count ? p->size : 0, 0);
+		free(p);
+	}
+	pthread_mutex_unlock(&D.mu);
+}
+
+void peer_home_done(int node, uint64_t rq, uint32_t slot, uint64_t gen)
+{
+	(void)slot;
+	(void)gen;
+	unpin(node, rq, 0, 0, 1);
+}
+
+void peer_home_expire(int node_or_all)
+{
+	if (node_or_all < 0)
+		unpin(-1, 0, 0, 1, 0);
+	else
+		unpin(node_or_all, 0, 1, 0, 0);
+}
+
+size_t peer_home_json(char *buf, size_t cap)
+{
+	pthread_mutex_lock(&mu);
+	int n = snprintf(buf, cap, "\"served\":{\"requests\":%llu,\"bytes\":%llu,\"refused\":%llu}",
+			 (unsigned long long)served, (unsigned long long)served_bytes, (unsigned long long)refused);
+	pthread_mutex_unlock(&mu);
+	return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}

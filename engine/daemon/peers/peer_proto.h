@@ -1,0 +1,80 @@
+/* Coordinator <-> coordinator messages (UCX active messages).
+ *
+ * Control travels as active messages; file bytes never do: the requester
+ * reads them with RMA gets from the home's registered cache segment. Every
+ * message starts with the sender's node index so a handler knows whom to
+ * answer (replies go over the receiver's own endpoint to the sender).
+ * All integers are little-endian host order (the cluster is homogeneous);
+ * every field is validated by the receiver (peer.c) before use.
+ */
+#ifndef DLSHIM_PEER_PROTO_H
+#define DLSHIM_PEER_PROTO_H
+
+#include <stdint.h>
+
+#define PEER_MAGIC 0x4e534c44u /* "DLSN" */
+#define PEER_VERSION 1u
+#define PEER_MAX_NODES 64
+#define PEER_MSG_MAX (1u << 20)
+
+enum peer_am_id {
+	PEER_AM_HELLO = 1,  /* who I am, where my cache is, its rkey; asks for a HELLO back */
+	PEER_AM_FILES,      /* part of my local file list */
+	PEER_AM_FETCH,      /* requester -> home: put this file in your cache, tell me where */
+	PEER_AM_FETCH_R,    /* home -> requester: status and block runs of the pinned slot */
+	PEER_AM_DONE,       /* requester -> home: the gets are over, unpin */
+	PEER_AM_MAX
+};
+
+struct peer_hello {
+	uint32_t magic, version;
+	uint32_t node, nnodes;
+	uint64_t incarnation;  /* random per coordinator start: a restarted peer is a new one */
+	uint64_t base;         /* address of the home's mapped segment (RMA target) */
+	uint64_t data_off;     /* offset of the block area in the segment */
+	uint64_t nblocks;
+	uint32_t block_size;
+	uint32_t want_reply;   /* 1: answer with your own HELLO (we may have missed it) */
+	uint32_t rkey_len;     /* packed rkey bytes follow */
+	uint32_t pad;
+};
+
+/* Followed by `count` entries, each struct peer_file_ent + `len` path bytes
+ * (absolute path under a root, no NUL). */
+struct peer_files {
+	uint32_t node, count;
+	uint64_t incarnation;
+};
+struct peer_file_ent {
+	uint64_t size;
+	int64_t mtime_ns;
+	uint32_t len;
+} __attribute__((packed));
+
+/* Followed by the absolute path and a NUL. */
+struct peer_fetch {
+	uint32_t node, pad;
+	uint64_t req;
+};
+
+/* Followed by `nruns` struct peer_run (block index runs, in file order). */
+struct peer_fetch_r {
+	uint32_t node;
+	int32_t status;        /* 0, or an errno value saying why the home cannot serve it */
+	uint64_t req;
+	uint64_t size;
+	int64_t mtime_ns;
+	uint64_t gen;          /* the pinned generation, echoed in DONE */
+	uint32_t slot, nruns;
+};
+struct peer_run {
+	uint32_t first, count;
+};
+
+struct peer_done {
+	uint32_t node, slot;
+	uint64_t req;
+	uint64_t gen;
+};
+
+#endif

@@ -1,0 +1,61 @@
+/* Rows of HDF5 datasets in the cache, and the per-job row mapping used when
+ * rows are redirected.
+ *
+ * A dataset's rows are cached in row chunks: runs of `chunk_rows`
+ * consecutive rows (whole HDF5 chunks), each one cache item under a
+ * synthetic identity derived from the file, the dataset and the chunk, so
+ * the engine's slots, pins, eviction and statistics apply unchanged and
+ * every job reading the same dataset shares the same items.
+ *
+ * With redirection on, a job's request for row i of a dataset may be served
+ * as another row j. The mapping belongs to (job, file, first dimension): every
+ * dataset of the file with the same number of rows sees the same i -> j
+ * within an epoch, so inputs and labels stay pairs. Each row is served once
+ * per epoch; resident rows go first. Not thread-safe: the caller locks.
+ */
+#ifndef DLSHIM_ROWS_H
+#define DLSHIM_ROWS_H
+
+#include <stdint.h>
+
+#include "dlshim/engine.h"
+
+/* Bit 63 of a device number never occurs in a real one: synthetic row
+ * chunk identities cannot collide with files. */
+#define DLSHIM_ROWS_DEV_BIT (1ULL << 63)
+
+uint64_t dlshim_rows_name_hash(const char *s);
+
+/* Identity of row chunk `chunk` (rows chunk*chunk_rows ...) of the dataset
+ * whose name hashes to `dset_hash` in the file (dev, ino, mtime); `bytes` is
+ * the chunk's size. */
+void dlshim_rows_chunk_id(uint64_t dev, uint64_t ino, int64_t mtime_ns, uint64_t dset_hash, uint64_t chunk_rows,
+			  uint64_t chunk, uint64_t bytes, struct dlshim_file_id *out);
+
+struct dlshim_rows;
+
+/* Is the chunk holding rows [first, first + n) resident? */
+typedef int (*dlshim_rows_resident_fn)(void *ctx, uint64_t first, uint64_t n);
+
+struct dlshim_rows *dlshim_rows_create(void);
+void dlshim_rows_destroy(struct dlshim_rows *r);
+
+/* The row to serve for `row` of dataset `dset_key` (any stable number per
+ * dataset, e.g. dlshim_rows_name_hash of its name) of a file with `nrows`
+ * rows, for job (`job`, `job_key`). `chunk_rows` is the chunking of the
+ * file's dataset with the largest rows (the one whose reads cost), used with
+ * `resident` to prefer rows already in memory. Returns
+ * the served row, or -1 (no memory, too many datasets, bad row): the caller
+ * then serves `row` itself. */
+int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
+			uint64_t nrows, uint64_t dset_key, uint64_t row, uint64_t chunk_rows,
+			dlshim_rows_resident_fn resident, void *ctx);
+
+/* The mapping's epoch (0 first), -1 when the job has none for this file. */
+int64_t dlshim_rows_epoch(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
+			  uint64_t nrows);
+
+/* Forget every mapping of a job (it ended). */
+void dlshim_rows_job_end(struct dlshim_rows *r, int job);
+
+#endif

@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# Three coordinators, each in its own network namespace (veth pairs on a
+# bridge) with its own part of one dataset bind-mounted at the same root
+# path, form one cache over UCX (TCP here). A reader on each node reads the
+# whole dataset: every byte is checked against the original files; the
+# remote request counters must match the files each node does not hold.
+# Then one node is killed while the others read again: they must finish
+# with correct bytes for everything not homed on the dead node, and report
+# that node as unreachable. Fails (never skips) without namespaces.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+B=${DLSHIM_BUILD:-$REPO/build}
+export B
+PY=/usr/bin/python3
+N=3
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || fail "network namespaces need root"
+command -v ip >/dev/null || fail "ip (iproute2) is missing"
+command -v unshare >/dev/null || fail "unshare (util-linux) is missing"
+[ -x "$B/dlshimd" ] && [ -f "$B/libdlshim.so" ] || fail "build first (make)"
+
+T=$(mktemp -d /tmp/dlshim-mn.XXXXXX)
+chmod 755 "$T"
+TAG=$$
+BR=dlsbr$TAG
+NETS=()
+cleanup() {
+	for f in "$T"/pid*; do
+		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
+	done
+	sleep 0.2
+	for ns in "${NETS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+	ip link del "$BR" 2>/dev/null || true
+	if [ "${KEEP:-0}" = 1 ]; then echo "kept $T"; else rm -rf "$T"; fi
+}
+trap cleanup EXIT
+
+# ---- network: one bridge, one veth pair per node ----
+ip link add "$BR" type bridge || fail "cannot create a bridge (ip link add type bridge)"
+ip link set "$BR" up
+PEERS=
+for i in $(seq 0 $((N - 1))); do
+	ns=dlsn${i}_$TAG
+	ip netns add "$ns" || fail "cannot create network namespace $ns (ip netns add)"
+	NETS+=("$ns")
+	ip link add "dlsv${i}_$TAG" type veth peer name eth0 netns "$ns" || fail "cannot create a veth pair"
+	ip link set "dlsv${i}_$TAG" master "$BR" up
+	ip -n "$ns" addr add "10.231.7.$((i + 1))/24" dev eth0
+	ip -n "$ns" link set eth0 up
+	ip -n "$ns" link set lo up
+	PEERS+="${PEERS:+,}10.231.7.$((i + 1)):$((24000 + i))"
+done
+ip -n "dlsn0_$TAG" link show eth0 | grep -q "state UP\|LOWER_UP" || fail "the veth in namespace dlsn0_$TAG is not up"
+
+# ---- dataset: 4 class directories, each file homed on one node ----
+ROOT=$T/root
+mkdir -p "$ROOT"
+$PY - "$T" $N <<'PYEOF'
+import hashlib, os, random, sys
+t, n = sys.argv[1], int(sys.argv[2])
+rnd = random.Random(7)
+sizes = [0, 1, 16384, 16385, 200000]
+with open(f"{t}/manifest", "w") as m:
+    for c in range(4):
+        for k in range(30):
+            rel = f"class{c}/img{k:03d}.bin"
+            home = rnd.randrange(n)
+            size = sizes[k] if k < len(sizes) else rnd.randrange(1, 150000)
+            data = rnd.randbytes(size)
+            d = f"{t}/parts/node{home}/class{c}"
+            os.makedirs(d, exist_ok=True)
+            for i in range(n):
+                os.makedirs(f"{t}/parts/node{i}/class{c}", exist_ok=True)
+            open(f"{d}/img{k:03d}.bin", "wb").write(data)
+            m.write(f"{rel} {hashlib.sha256(data).hexdigest()} {size} {home}\n")
+PYEOF
+TOTAL=$(wc -l <"$T/manifest")
+
+# Run a command on node i: its network namespace, its own mount namespace
+# with its dataset part at the shared root path, its own coordinator. It
+# execs (always called in the background), so $! is the program's own pid.
+on_node() {
+	local i=$1
+	shift
+	exec env DLSHIM_RUNTIME_DIR="$T/run$i" DLSHIM_ROOTS="$ROOT" DLSHIM_PEERS="$PEERS" DLSHIM_NODE=$i \
+		DLSHIM_CACHE=3M DLSHIM_LOG=info DLSHIM_IDLE_EXIT=300 UCX_TLS=tcp \
+		ip netns exec "dlsn${i}_$TAG" unshare -m --propagation private \
+		sh -c 'mount --bind "$0" "$1" && shift && exec "$@"' "$T/parts/node$i" "$ROOT" "$@"
+}
+start_node() {
+	mkdir -p -m 700 "$T/run$1"
+	on_node "$1" "$B/dlshimd" --foreground >"$T/daemon$1.out" 2>&1 &
+	echo $! >"$T/pid$1"
+}
+stats() { DLSHIM_RUNTIME_DIR="$T/run$1" "$B/dlshim" stats --json 2>/dev/null; }
+# peers_up I K: node I sees K peers up with their file lists
+peers_up() {
+	stats "$1" | $PY -c '
+import json, sys
+d = json.load(sys.stdin)["peers"]
+up = [n for n in d.get("nodes", []) if n.get("state") == "up" and n.get("files", 0) > 0]
+sys.exit(0 if len(up) >= int(sys.argv[1]) else 1)' "$2" 2>/dev/null
+}
+wait_for() { # seconds, command...
+	local s=$1
+	shift
+	for _ in $(seq $((s * 10))); do "$@" && return 0; sleep 0.1; done
+	return 1
+}
+
+# ---- a bad DLSHIM_NODE: a clear error, and the node serves local data ----
+mkdir -p "$T/solo" && head -c 50000 /dev/urandom >"$T/solo/f.bin" && mkdir -p -m 700 "$T/runbad"
+env DLSHIM_RUNTIME_DIR="$T/runbad" DLSHIM_ROOTS="$T/solo" DLSHIM_PEERS=127.0.0.1:24990,127.0.0.1:24991 \
+	DLSHIM_NODE=5 DLSHIM_IDLE_EXIT=300 "$B/dlshimd" --foreground >/dev/null 2>&1 &
+echo $! >"$T/pidbad"
+wait_for 10 test -S "$T/runbad/sock" || fail "coordinator with a bad DLSHIM_NODE did not start"
+got=$(env DLSHIM_RUNTIME_DIR="$T/runbad" DLSHIM_ROOTS="$T/solo" DLSHIM_PEERS=127.0.0.1:24990,127.0.0.1:24991 \
+	DLSHIM_NODE=5 LD_PRELOAD="$B/libdlshim.so" $PY -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest())' "$T/solo/f.bin")
+[ "$got" = "$(sha256sum "$T/solo/f.bin" | cut -d' ' -f1)" ] || fail "bad DLSHIM_NODE: wrong bytes"
+DLSHIM_RUNTIME_DIR="$T/runbad" "$B/dlshim" status | grep -q "multi-node off: DLSHIM_NODE=5 is out of range" ||
+	fail "status does not explain the bad DLSHIM_NODE"
+kill "$(cat "$T/pidbad")"
+
+# ---- UCX is loaded only where peers are configured ----
+mkdir -p -m 700 "$T/runsolo"
+env DLSHIM_RUNTIME_DIR="$T/runsolo" DLSHIM_ROOTS="$T/solo" DLSHIM_IDLE_EXIT=300 "$B/dlshimd" --foreground >/dev/null 2>&1 &
+echo $! >"$T/pidsolo"
+wait_for 10 test -S "$T/runsolo/sock" || fail "single-node coordinator did not start"
+! grep -q "libucp" "/proc/$(cat "$T/pidsolo")/maps" || fail "a single-node coordinator mapped libucp"
+kill "$(cat "$T/pidsolo")"
+# A coordinator binary without its multi-node module next to it says so and serves locally.
+mkdir -p "$T/bin" -m 700 "$T/runnomod" && cp "$B/dlshimd" "$T/bin/"
+env DLSHIM_RUNTIME_DIR="$T/runnomod" DLSHIM_ROOTS="$T/solo" DLSHIM_PEERS=127.0.0.1:24990,127.0.0.1:24991 \
+	DLSHIM_NODE=0 DLSHIM_IDLE_EXIT=300 "$T/bin/dlshimd" --foreground >/dev/null 2>&1 &
+echo $! >"$T/pidnomod"
+wait_for 10 test -S "$T/runnomod/sock" || fail "coordinator without the module did not start"
+DLSHIM_RUNTIME_DIR="$T/runnomod" "$B/dlshim" status | grep -q "multi-node off: multi-node module dlshimd-peers.so not found" ||
+	fail "status does not explain the missing multi-node module"
+got=$(env DLSHIM_RUNTIME_DIR="$T/runnomod" DLSHIM_ROOTS="$T/solo" DLSHIM_DAEMON="$T/bin/dlshimd" \
+	LD_PRELOAD="$B/libdlshim.so" $PY -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest())' "$T/solo/f.bin")
+[ "$got" = "$(sha256sum "$T/solo/f.bin" | cut -d' ' -f1)" ] || fail "without the module: wrong bytes"
+kill "$(cat "$T/pidnomod")"
+
+# ---- a node whose peer is down reports it and serves locally ----
+start_node 0
+start_node 1
+wait_for 15 peers_up 0 1 || { cat "$T"/run*/dlshimd.log; fail "nodes 0 and 1 did not connect"; }
+grep -q "libucp" "/proc/$(cat "$T/pid0")/maps" || fail "node 0 runs multi-node without its UCX module mapped?"
+DLSHIM_RUNTIME_DIR="$T/run0" "$B/dlshim" status >"$T/status0" || fail "dlshim status failed"
+cat "$T/status0"
+grep -q "node 2 .*unreachable" "$T/status0" || fail "status does not show node 2 as unreachable"
+grep -q "is unreachable" "$T/run0/dlshimd.log" || fail "the log does not report the unreachable node"
+start_node 2
+for i in 0 1 2; do
+	wait_for 15 peers_up $i 2 || { cat "$T"/run*/dlshimd.log; fail "node $i does not see both peers"; }
+done
+
+# ---- phase 1: every node reads the whole dataset ----
+for i in 0 1 2; do
+	on_node $i env LD_PRELOAD="$B/libdlshim.so" $PY "$HERE/mn_reader.py" "$ROOT" "$T/manifest" "$T/out1_$i.json" &
+done
+for i in 0 1 2; do
+	for _ in $(seq 600); do [ -s "$T/out1_$i.json" ] && break; sleep 0.1; done
+done
+sleep 0.3
+$PY - "$T" <<'PYEOF' || fail "phase 1: wrong bytes or counters"
+import json, os, subprocess, sys
+t = sys.argv[1]
+man = [l.split() for l in open(f"{t}/manifest")]
+bad = 0
+for i in range(3):
+    out = json.load(open(f"{t}/out1_{i}.json"))
+    wrong = [rel for rel, sha, size, home in man if out.get(rel) != sha]
+    if wrong:
+        print(f"node {i}: {len(wrong)} files wrong, e.g. {wrong[:3]} -> {[out.get(w) for w in wrong[:3]]}")
+        bad = 1
+    st = json.loads(subprocess.run(["env", f"DLSHIM_RUNTIME_DIR={t}/run{i}", os.environ["B"] + "/dlshim", "stats",
+                                    "--json"], capture_output=True, text=True).stdout)["peers"]
+    remote = [(rel, int(size)) for rel, sha, size, home in man if int(home) != i]
+    r = st["remote"]
+    print(f"node {i}: {len(man)} files correct; remote requests {r['requests']} ok {r['ok']} "
+          f"bytes {r['bytes']} (expected {len(remote)} files, {sum(s for _, s in remote)} bytes); "
+          f"served to peers {st['served']}")
+    if r["ok"] != len(remote) or r["bytes"] != sum(s for _, s in remote) or r["failures"]:
+        bad = 1
+sys.exit(bad)
+PYEOF
+
+# ---- phase 2: node 2 dies while nodes 0 and 1 read again ----
+for i in 0 1; do
+	on_node $i env LD_PRELOAD="$B/libdlshim.so" $PY "$HERE/mn_reader.py" "$ROOT" "$T/manifest" "$T/out2_$i.json" 0.01 &
+done
+sleep 0.4
+kill -9 "$(cat "$T/pid2")"
+for i in 0 1; do
+	for _ in $(seq 600); do [ -s "$T/out2_$i.json" ] && break; sleep 0.1; done
+	[ -s "$T/out2_$i.json" ] || fail "node $i's reader did not finish after node 2 died"
+done
+$PY - "$T" <<'PYEOF' || fail "phase 2: wrong bytes after a node died"
+import json, sys
+t = sys.argv[1]
+man = [l.split() for l in open(f"{t}/manifest")]
+bad = 0
+for i in range(2):
+    out = json.load(open(f"{t}/out2_{i}.json"))
+    ok = lost = 0
+    for rel, sha, size, home in man:
+        v = out.get(rel)
+        if v == sha:
+            ok += 1
+        elif home == "2" and v == "ERR:ENOENT":
+            lost += 1   # its home is gone and it was no longer cached here
+        else:
+            print(f"node {i}: {rel} (home {home}) -> {v}")
+            bad = 1
+    print(f"node {i}: {ok} correct, {lost} unavailable (home node 2 dead)")
+sys.exit(bad)
+PYEOF
+wait_for 10 sh -c "DLSHIM_RUNTIME_DIR=$T/run0 $B/dlshim status | grep -q 'node 2 .*unreachable'" ||
+	fail "status does not show the dead node as unreachable"
+grep -q "node 2 (.*) is unreachable" "$T/run0/dlshimd.log" || fail "the log does not name the dead node"
+echo "multinode: PASS"
