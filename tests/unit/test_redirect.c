@@ -898,6 +898,52 @@ static void test_dsa_shares_loads(void **state)
 	assert_true(dsa < lru);
 }
 
+/* Jobs leave a shared sampler at any time (one ends with draws still
+ * queued, a third arrives mid-epoch): the others' epochs stay
+ * permutations, and nothing stays pinned or counted for the ended job. */
+static void test_dsa_job_end_and_late_start(void **state)
+{
+	(void)state;
+	uint64_t rng = 77;
+	static const struct layout L = {1, 3, 20, 20, 1, 0, SZ, 0};
+	struct ds d;
+	ds_build(&d, &L, DLSHIM_REDIRECT_DIR, &rng);
+	struct rig *r = rig_new(d.blocks / 2 * BS, DLSHIM_EVICT_REFCNT, 9);
+	struct jrun jr[3];
+	const char *names[3] = {"a", "b", "late"};
+	for (int k = 0; k < 3; k++) {
+		int job = dlshim_engine_job_attach(r->e, names[k]);
+		dlshim_engine_job_set_sampler(r->e, job, DLSHIM_SAMPLER_DSA);
+		jrun_init(&jr[k], job, &d, 3, 9 + (uint64_t)k);
+		if (k < 2)
+			jrun_declare(r, &jr[k], DLSHIM_REDIRECT_DIR, 0);
+	}
+	for (int step = 0; step < 50; step++) {
+		jrun_step(r, &jr[0], "a");
+		jrun_step(r, &jr[1], "b");
+	}
+	rig_finish_all(r);
+	dlshim_engine_job_detach(r->e, jr[1].job); /* b ends mid-epoch */
+	jrun_declare(r, &jr[2], DLSHIM_REDIRECT_DIR, 0); /* late starts mid-epoch of a */
+	for (;;) {
+		int a = jrun_step(r, &jr[0], "a after b ended");
+		int l = jrun_step(r, &jr[2], "late");
+		if (!a && !l)
+			break;
+	}
+	rig_finish_all(r);
+	assert_int_equal(jstats(r, jr[0].job).epochs, 3);
+	assert_int_equal(jstats(r, jr[2].job).epochs, 3);
+	assert_int_equal(cstats(r).items_pinned, 0);
+	/* b's refcounts are gone: every file is needed by a and late only */
+	for (uint32_t i = 0; i < d.n; i++)
+		assert_true(dlshim_engine_item_refcnt(r->e, d.f[i].item) <= 2);
+	for (int k = 0; k < 3; k++)
+		jrun_free(&jr[k]);
+	rig_free(r);
+	ds_free(&d);
+}
+
 /* Two jobs with a cache smaller than one chunk: partial chunk loads must not
  * break either job's permutation. */
 static void test_permutation_two_jobs_tiny_cache(void **state)
@@ -1638,6 +1684,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_permutation_two_jobs_tiny_cache, teardown),
 		cmocka_unit_test_teardown(test_permutation_dsa, teardown),
 		cmocka_unit_test_teardown(test_dsa_shares_loads, teardown),
+		cmocka_unit_test_teardown(test_dsa_job_end_and_late_start, teardown),
 		cmocka_unit_test_teardown(test_groups_of_one, teardown),
 		cmocka_unit_test_teardown(test_groups_smaller_than_chunk, teardown),
 		cmocka_unit_test_teardown(test_empty_dataset, teardown),
