@@ -37,7 +37,7 @@ DAEMON := $(BUILD)/dlshimd
 PEERS_MOD := $(BUILD)/dlshimd-peers.so
 CLI := $(BUILD)/dlshim
 
-.PHONY: demo all test unit unit-asan integration test-multinode deps bench bench-core bench-redirect fidelity install clean lint valgrind
+.PHONY: demo all test unit unit-asan integration test-multinode deps bench bench-core bench-redirect bench-sampling fidelity install clean lint valgrind
 all: $(LIB) $(DAEMON) $(PEERS_MOD) $(CLI) $(HELPER_BIN)
 
 # The README's first command: set everything up and run the multi-job demo.
@@ -76,7 +76,7 @@ $(CLI): $(CLI_OBJ) $(ENGINE_LIB)
 
 $(BUILD)/tests/%: tests/unit/%.c $(ENGINE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Iengine -o $@ $< $(ENGINE_LIB) -lcmocka -lpthread
+	$(CC) $(CFLAGS) -Iengine -o $@ $< $(ENGINE_LIB) -lcmocka -lpthread -lm
 
 $(BUILD)/progs/%: tests/progs/%.c
 	@mkdir -p $(dir $@)
@@ -95,7 +95,7 @@ $(BUILD)/asan/libdlshim_engine.a: $(ENGINE_SRC:%.c=$(BUILD)/asan/obj/%.o)
 	rm -f $@ && ar rcs $@ $^
 $(BUILD)/asan/tests/%: tests/unit/%.c $(BUILD)/asan/libdlshim_engine.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(SAN_FLAGS) -Iengine -o $@ $< $(BUILD)/asan/libdlshim_engine.a -lcmocka -lpthread
+	$(CC) $(CFLAGS) $(SAN_FLAGS) -Iengine -o $@ $< $(BUILD)/asan/libdlshim_engine.a -lcmocka -lpthread -lm
 
 # The coordinator under ThreadSanitizer (its threads share the engine).
 $(BUILD)/tsan/dlshimd: $(ENGINE_SRC) $(DAEMON_SRC) $(wildcard include/dlshim/*.h engine/*.h engine/daemon/*.h)
@@ -187,3 +187,12 @@ $(FUZZ_REPLAY_BIN):
 # Seeds as they are plus 20000 deterministic mutations of each.
 fuzz-replay: $(FUZZ_REPLAY_BIN)
 	@for t in $(FUZZ_TARGETS); do $(BUILD)/asan/fuzz/replay_$$t -m 20000 tests/fuzz/corpus/$$t || exit 1; done
+
+# Shared sampling in a cache simulator and the sampling tree's costs
+# (docs/bench-sampling.md): CSVs in bench/results, plots in docs/img.
+$(BUILD)/bench_sampling: bench/bench_sampling.c $(ENGINE_LIB)
+	$(CC) $(CFLAGS) -Iengine -o $@ $< $(ENGINE_LIB) -lm
+bench-sampling: $(BUILD)/bench_sampling
+	$(BUILD)/bench_sampling misses bench/results/sampling_misses.csv
+	$(BUILD)/bench_sampling tree bench/results/sampling_tree.csv 128
+	/usr/bin/python3 bench/plot_sampling.py bench/results docs/img

@@ -121,6 +121,7 @@ void dlshim_engine_destroy(struct dlshim_engine *e)
 		free(gr->key);
 		free(gr->items);
 		free(gr->res);
+		dsa_group_free(gr);
 		free(gr);
 	}
 	free(e->groups);
@@ -220,7 +221,7 @@ static void refcnt_add(struct dlshim_engine *e, uint32_t it, int delta)
 	if (delta < 0 && x->refcnt == 0)
 		return;
 	x->refcnt += delta;
-	evict_recount(&e->ev, it, x->refcnt);
+	evict_recount(&e->ev, it, eng_evict_key(x));
 }
 
 /* Epochs the job has completed: as many as its least advanced group. */
@@ -330,6 +331,7 @@ int dlshim_engine_job_attach(struct dlshim_engine *e, const char *name)
 		jb->dataset_size = jb->consumed_count = jb->declared = 0;
 		jb->has_dataset = 0;
 		jb->mode = DLSHIM_REDIRECT_OFF;
+		jb->sampler = DLSHIM_SAMPLER_CHUNK;
 		jb->live = 1;
 	}
 	jb->sessions++;
@@ -764,7 +766,7 @@ int dlshim_engine_release(struct dlshim_engine *e, int j, uint32_t s, uint64_t g
 	if (it == NONE)
 		slot_free(e, s); /* orphan of a changed file */
 	else
-		evict_add(&e->ev, it, e->items[it].refcnt);
+		evict_add(&e->ev, it, eng_evict_key(&e->items[it]));
 	return 0;
 }
 

@@ -26,6 +26,7 @@ struct item {
 	uint32_t chunk[2];    /* physical chunk within that group */
 	uint32_t gres_pos[2]; /* position in that group's resident list, NONE if absent */
 	uint32_t ext;      /* hash of the name extension */
+	uint32_t dsa_pending; /* queued for jobs by shared samplers, not yet read */
 	uint8_t state;
 	uint8_t hidden;    /* name starts with '.': never a redirect target */
 	char *path;        /* NULL unless declared by a scan */
@@ -59,12 +60,17 @@ struct group {
 	uint32_t nchunks, k;         /* chunk c = items[c*k .. c*k+k) */
 	uint32_t *res, nres, rescap; /* members loading or resident */
 	int dirty;                   /* members added since the last cut */
+	struct dlshim_dsa *dsa;      /* shared sampler (DLSHIM_SAMPLER=dsa), NULL until used */
+	uint32_t *dsa_back, ndsa_back, dsa_back_cap; /* sampler index -> item */
+	uint64_t dsa_mean;           /* mean cache bytes of a member */
 	UT_hash_handle hh;
 };
 
 /* Per job and group: the group's epoch. */
 struct jgroup {
 	uint32_t size, cons, epoch;
+	uint32_t dsa_slot1;  /* job slot in the group's sampler + 1; 0 = none */
+	uint32_t dsa_hold1;  /* drawn item waiting for its load + 1; 0 = none */
 };
 
 /* Which file a request was served this epoch (re-opens get the same). */
@@ -90,6 +96,7 @@ struct job {
 	uint64_t declared;   /* files declared with add_file/add_item */
 	uint32_t *pend_item, *pend_group, npend, pend_cap; /* add_file before dataset_done */
 	enum dlshim_redirect mode;
+	enum dlshim_sampler sampler;
 	struct jgroup *jg;
 	uint32_t njg;
 	uint32_t max_epoch;  /* highest group epoch started */
@@ -136,6 +143,10 @@ struct job;
 /* Which of an item's groups a job uses. */
 #define GKIND(jb) ((jb)->mode == DLSHIM_REDIRECT_DIR ? GK_DIR : GK_ROOT)
 
+/* RefCnt's key: live jobs that still need the item this epoch, plus the
+ * jobs that already drew it and will read it soon (shared sampling). */
+static inline uint32_t eng_evict_key(const struct item *x) { return x->refcnt + x->dsa_pending; }
+
 static inline int bit_get(const uint64_t *b, uint32_t i) { return (b[i / 64] >> (i % 64)) & 1; }
 static inline void bit_set(uint64_t *b, uint32_t i) { b[i / 64] |= 1ULL << (i % 64); }
 static inline void bit_clr(uint64_t *b, uint32_t i) { b[i / 64] &= ~(1ULL << (i % 64)); }
@@ -155,6 +166,19 @@ void eng_group_rollover(struct dlshim_engine *e, struct job *jb, uint32_t group)
 void order_note(struct order_track *t, uint32_t req, uint32_t served);
 int order_epoch_end(struct dlshim_engine *e, struct job *jb, struct dlshim_order_stats *out);
 void order_free(struct order_track *t);
+
+/* Can `x` stand in for a request of `rq` in job `jb`? */
+static inline int eng_candidate(const struct job *jb, const struct item *rq, const struct item *x, uint32_t xi)
+{
+	return !x->hidden && x->ext == rq->ext && bit_get(jb->needed, xi) && !bit_get(jb->consumed, xi);
+}
+
+/* dsa_redirect.c: the shared sampler behind redirection */
+uint32_t dsa_choose(struct dlshim_engine *e, struct job *jb, struct group *g, uint32_t req);
+void dsa_hold(struct job *jb, struct group *g, uint32_t it);
+void dsa_load_ahead(struct dlshim_engine *e, struct job *jb, struct group *g, struct dlshim_open_result *res);
+void dsa_job_end(struct dlshim_engine *e, struct job *jb);
+void dsa_group_free(struct group *g);
 
 /* redirect.c */
 void redirect_open(struct dlshim_engine *e, int j, uint32_t req, unsigned flags, struct dlshim_open_result *res);

@@ -280,7 +280,7 @@ uint64_t dlshim_engine_item_size(struct dlshim_engine *e, uint32_t it)
 
 void redirect_job_end(struct dlshim_engine *e, struct job *jb)
 {
-	(void)e;
+	dsa_job_end(e, jb);
 	struct remap *m, *tmp;
 	HASH_ITER(hh, jb->remaps, m, tmp) {
 		HASH_DEL(jb->remaps, m);
@@ -325,11 +325,7 @@ void eng_group_res_del(struct dlshim_engine *e, uint32_t it)
 
 /* ---- the decision ---- */
 
-/* Can `x` stand in for a request of `rq` in job `jb`? */
-static int candidate(const struct job *jb, const struct item *rq, const struct item *x, uint32_t xi)
-{
-	return !x->hidden && x->ext == rq->ext && bit_get(jb->needed, xi) && !bit_get(jb->consumed, xi);
-}
+#define candidate eng_candidate
 
 /* A new group epoch: the job needs every member again. */
 static void group_reset(struct dlshim_engine *e, struct job *jb, struct group *g)
@@ -340,7 +336,7 @@ static void group_reset(struct dlshim_engine *e, struct job *jb, struct group *g
 			bit_clr(jb->consumed, it);
 			jb->consumed_count--;
 			e->items[it].refcnt++;
-			evict_recount(&e->ev, it, e->items[it].refcnt);
+			evict_recount(&e->ev, it, eng_evict_key(&e->items[it]));
 		}
 	}
 	jb->jg[g->id].cons = 0;
@@ -564,6 +560,30 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, unsigned flags,
 		return;
 	}
 
+	if (jb->sampler == DLSHIM_SAMPLER_DSA) {
+		/* The job's next draw from the group's shared sampler. */
+		uint32_t it = dsa_choose(e, jb, g, req);
+		if (it != NONE && e->items[it].state == ITEM_LOADING && !nowait) {
+			/* drawn by another job a moment ago: wait, keep the draw */
+			dsa_hold(jb, g, it);
+			res->kind = DLSHIM_OPEN_WAIT;
+			res->item = req;
+			jb->st.waits++;
+			return;
+		}
+		if (it != NONE) {
+			uint32_t ep = jg->epoch;
+			eng_job_consume(e, jb, req, it);
+			remember(jb, req, it, ep);
+			if (it != req)
+				jb->st.redirects++;
+			serve(e, jb, it, nowait, res);
+			if (res->kind == DLSHIM_OPEN_HIT || res->kind == DLSHIM_OPEN_LOAD_CHUNK)
+				dsa_load_ahead(e, jb, g, res);
+			return;
+		}
+		/* no usable draw (sampler out of memory): the chunk sampler decides */
+	}
 	uint32_t served = pick(e, jb, req, ITEM_RESIDENT);
 	if (served == NONE && !nowait && pick(e, jb, req, ITEM_LOADING) != NONE) {
 		/* A chunk with files for us is on its way: wait for it rather

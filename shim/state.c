@@ -186,8 +186,8 @@ static void do_init(void)
 		return;
 	}
 	derive_job();
-	if (g_cfg.sampler == DLSHIM_SAMPLER_DSA)
-		shim_warn(W_DSA, "DLSHIM_SAMPLER=dsa (shared sampling) is not implemented yet; using chunk");
+	if (g_cfg.sampler == DLSHIM_SAMPLER_DSA && g_cfg.redirect == DLSHIM_REDIRECT_OFF)
+		shim_warn(W_DSA, "DLSHIM_SAMPLER=dsa has no effect without DLSHIM_REDIRECT=dir or any; reading files as requested");
 	pthread_atfork(client_atfork_prepare, client_atfork_parent, client_atfork_child);
 	pthread_atfork(fdt_atfork_prepare, fdt_atfork_parent, fdt_atfork_child);
 	atexit(at_exit);

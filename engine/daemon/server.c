@@ -475,6 +475,7 @@ static int handle_dataset(struct conn *c, const void *payload, long len)
 	sp->list = strdup(list);
 	sp->redirect = d.redirect;
 	sp->chunk = d.chunk;
+	dlshim_engine_job_set_sampler(D.eng, c->s->job, (enum dlshim_sampler)d.sampler);
 	pthread_mutex_unlock(&D.mu);
 	char err[256] = "";
 	long n = declare_files(c->s->job, roots, list, (enum dlshim_redirect)d.redirect, d.chunk, err, sizeof(err));

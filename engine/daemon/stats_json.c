@@ -39,11 +39,12 @@ static void job_obj(struct out *o, int j)
 	dlshim_engine_job_stats(D.eng, j, &st);
 	/* Job names are restricted to a JSON-safe alphabet by the config parser. */
 	put(o,
-	    "{\"job\":\"%s\",\"live\":%s,\"sessions\":%d,\"requests\":%llu,\"hits\":%llu,\"misses\":%llu,"
+	    "{\"job\":\"%s\",\"live\":%s,\"sampler\":\"%s\",\"sessions\":%d,\"requests\":%llu,\"hits\":%llu,\"misses\":%llu,"
 	    "\"waits\":%llu,\"passthrough\":%llu,\"bytes_from_cache\":%llu,\"bytes_from_disk\":%llu,"
 	    "\"bytes_passthrough\":%llu,\"epochs\":%llu,\"files_loaded\":%llu,\"evictions\":%llu,"
 	    "\"redirects\":%llu,\"chunk_loads\":%llu,\"loads_ahead\":%llu,\"bytes_consumed\":%llu,\"io_efficiency\":%.4f",
-	    dlshim_engine_job_name(D.eng, j), dlshim_engine_job_live(D.eng, j) ? "true" : "false", job_sessions(j),
+	    dlshim_engine_job_name(D.eng, j), dlshim_engine_job_live(D.eng, j) ? "true" : "false",
+	    dlshim_sampler_name(dlshim_engine_job_sampler(D.eng, j)), job_sessions(j),
 	    (unsigned long long)st.requests, (unsigned long long)st.hits, (unsigned long long)st.misses,
 	    (unsigned long long)st.waits, (unsigned long long)st.passthrough,
 	    (unsigned long long)st.bytes_from_cache, (unsigned long long)st.bytes_from_disk,

@@ -133,6 +133,10 @@ uint32_t dlshim_engine_job_add_file(struct dlshim_engine *e, int job, const stru
  * order, and enable `mode` for the job. */
 void dlshim_engine_job_dataset_done(struct dlshim_engine *e, int job, enum dlshim_redirect mode, uint32_t chunk);
 int dlshim_engine_job_has_dataset(struct dlshim_engine *e, int job);
+/* Which sampler picks the served file in redirect modes (default chunk);
+ * dsa shares draws with the other dsa jobs of each label group. */
+void dlshim_engine_job_set_sampler(struct dlshim_engine *e, int job, enum dlshim_sampler s);
+enum dlshim_sampler dlshim_engine_job_sampler(struct dlshim_engine *e, int job);
 /* True once after a job starts a new epoch (its first group rolling over):
  * the caller should scan the job's roots again and declare new files with
  * job_add_file + job_dataset_done, so files added between epochs join. */

@@ -654,6 +654,8 @@ struct cfg {
 	enum dlshim_evict evict;
 };
 
+/* Sampler of the jobs run_cfg starts (test_permutation_dsa sets dsa). */
+static enum dlshim_sampler cfg_sampler = DLSHIM_SAMPLER_CHUNK;
 static uint32_t g_nowait_pct; /* set by test_permutation_wait_given_up */
 static uint64_t g_nowaits;    /* how many given-up WAITs the runs saw */
 
@@ -682,6 +684,8 @@ static struct outcome run_cfg(const struct cfg *c, uint64_t seed)
 		snprintf(name, sizeof(name), "job%u", k);
 		int job = dlshim_engine_job_attach(r->e, name);
 		assert_int_equal(job, (int)k);
+		dlshim_engine_job_set_sampler(r->e, job, cfg_sampler);
+		assert_int_equal(dlshim_engine_job_sampler(r->e, job), cfg_sampler);
 		jrun_init(&jr[k], job, &d, c->epochs, seed);
 		jr[k].reopen_pct = c->reopen_pct;
 		jrun_declare(r, &jr[k], c->mode, c->chunk);
@@ -822,6 +826,122 @@ static void test_permutation_two_jobs(void **state)
 		 0},
 	};
 	run_cfgs(cs, sizeof(cs) / sizeof(cs[0]), 3);
+}
+
+/* The shared sampler (DLSHIM_SAMPLER=dsa) under the same interleavings,
+ * re-opens, deferred loads and small caches: every job's every group epoch
+ * is still a permutation of the group, always served from the group. */
+static void test_permutation_dsa(void **state)
+{
+	(void)state;
+	static const struct cfg cs[] = {
+		{"dsa 1 job dir, cache 1/3", DLSHIM_REDIRECT_DIR, {1, 6, 5, 30, 1, 0, SZ, 0}, 0, 33, 1, 3, 0, 0, 0},
+		{"dsa 2 jobs dir, cache 1/3", DLSHIM_REDIRECT_DIR, {1, 6, 5, 30, 1, 0, SZ, 0}, 0, 33, 2, 3, 0, 0, 0},
+		{"dsa 3 jobs any, cache 1/4, defer+reopen", DLSHIM_REDIRECT_ANY, {1, 6, 5, 30, 1, 0, SZ, 0}, 4, 25, 3, 3,
+		 40, 20, 0},
+		{"dsa 4 jobs dir x 3 exts, cache 2x", DLSHIM_REDIRECT_DIR, {1, 20, 1, 6, 3, 0, SZ, 0}, 0, 200, 4, 3, 20,
+		 20, 0},
+		{"dsa 2 jobs dir, tiny cache", DLSHIM_REDIRECT_DIR, {1, 4, 10, 40, 1, 0, SZ, 0}, 16, 8, 2, 3, 0, 0, 0},
+	};
+	cfg_sampler = DLSHIM_SAMPLER_DSA;
+	run_cfgs(cs, sizeof(cs) / sizeof(cs[0]), 3);
+	cfg_sampler = DLSHIM_SAMPLER_CHUNK;
+}
+
+/* Two jobs on one dataset, one twice as fast as the other, half the
+ * dataset cached: files loaded from disk over both jobs' two epochs. */
+static uint64_t two_speeds_loads(enum dlshim_sampler smp, enum dlshim_evict pol, uint64_t seed)
+{
+	uint64_t rng = seed * 0x2545F4914F6CDD1DULL + 5;
+	static const struct layout L = {1, 4, 30, 30, 1, 0, SZ, 0};
+	struct ds d;
+	ds_build(&d, &L, DLSHIM_REDIRECT_DIR, &rng);
+	struct rig *r = rig_new(d.blocks / 2 * BS, pol, seed);
+	struct jrun jr[2];
+	for (int k = 0; k < 2; k++) {
+		int job = dlshim_engine_job_attach(r->e, k ? "slow" : "fast");
+		dlshim_engine_job_set_sampler(r->e, job, smp);
+		jrun_init(&jr[k], job, &d, 2, seed + (uint64_t)k);
+		jrun_declare(r, &jr[k], DLSHIM_REDIRECT_DIR, 0);
+	}
+	for (uint32_t step = 0;; step++) {
+		int a = jrun_step(r, &jr[0], "fast");
+		int b = step % 2 ? jrun_step(r, &jr[1], "slow") : 1;
+		if (!a && !b)
+			break;
+	}
+	rig_finish_all(r);
+	uint64_t loads = cstats(r).loads;
+	for (int k = 0; k < 2; k++)
+		jrun_free(&jr[k]);
+	rig_free(r);
+	ds_free(&d);
+	return loads;
+}
+
+/* The shared sampler makes the slow job read what the fast one loaded, and
+ * RefCnt keeps the draws queued for the slow job cached: two jobs x two
+ * epochs of 120 files read far fewer than 480 files from disk, and fewer
+ * than with LRU, which does not know what is queued. */
+static void test_dsa_shares_loads(void **state)
+{
+	(void)state;
+	uint64_t dsa = 0, lru = 0, chunk = 0;
+	for (uint64_t seed = 1; seed <= 3; seed++) {
+		dsa += two_speeds_loads(DLSHIM_SAMPLER_DSA, DLSHIM_EVICT_REFCNT, seed);
+		lru += two_speeds_loads(DLSHIM_SAMPLER_DSA, DLSHIM_EVICT_LRU, seed);
+		chunk += two_speeds_loads(DLSHIM_SAMPLER_CHUNK, DLSHIM_EVICT_REFCNT, seed);
+	}
+	print_message("files loaded over 3 seeds (of 3 x 480 read): dsa+refcnt %llu, dsa+lru %llu, chunk %llu\n",
+		      (unsigned long long)dsa, (unsigned long long)lru, (unsigned long long)chunk);
+	assert_true(dsa < 3 * 480 * 6 / 10);
+	assert_true(dsa < lru);
+}
+
+/* Jobs leave a shared sampler at any time (one ends with draws still
+ * queued, a third arrives mid-epoch): the others' epochs stay
+ * permutations, and nothing stays pinned or counted for the ended job. */
+static void test_dsa_job_end_and_late_start(void **state)
+{
+	(void)state;
+	uint64_t rng = 77;
+	static const struct layout L = {1, 3, 20, 20, 1, 0, SZ, 0};
+	struct ds d;
+	ds_build(&d, &L, DLSHIM_REDIRECT_DIR, &rng);
+	struct rig *r = rig_new(d.blocks / 2 * BS, DLSHIM_EVICT_REFCNT, 9);
+	struct jrun jr[3];
+	const char *names[3] = {"a", "b", "late"};
+	for (int k = 0; k < 3; k++) {
+		int job = dlshim_engine_job_attach(r->e, names[k]);
+		dlshim_engine_job_set_sampler(r->e, job, DLSHIM_SAMPLER_DSA);
+		jrun_init(&jr[k], job, &d, 3, 9 + (uint64_t)k);
+		if (k < 2)
+			jrun_declare(r, &jr[k], DLSHIM_REDIRECT_DIR, 0);
+	}
+	for (int step = 0; step < 50; step++) {
+		jrun_step(r, &jr[0], "a");
+		jrun_step(r, &jr[1], "b");
+	}
+	rig_finish_all(r);
+	dlshim_engine_job_detach(r->e, jr[1].job); /* b ends mid-epoch */
+	jrun_declare(r, &jr[2], DLSHIM_REDIRECT_DIR, 0); /* late starts mid-epoch of a */
+	for (;;) {
+		int a = jrun_step(r, &jr[0], "a after b ended");
+		int l = jrun_step(r, &jr[2], "late");
+		if (!a && !l)
+			break;
+	}
+	rig_finish_all(r);
+	assert_int_equal(jstats(r, jr[0].job).epochs, 3);
+	assert_int_equal(jstats(r, jr[2].job).epochs, 3);
+	assert_int_equal(cstats(r).items_pinned, 0);
+	/* b's refcounts are gone: every file is needed by a and late only */
+	for (uint32_t i = 0; i < d.n; i++)
+		assert_true(dlshim_engine_item_refcnt(r->e, d.f[i].item) <= 2);
+	for (int k = 0; k < 3; k++)
+		jrun_free(&jr[k]);
+	rig_free(r);
+	ds_free(&d);
 }
 
 /* Two jobs with a cache smaller than one chunk: partial chunk loads must not
@@ -1562,6 +1682,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_permutation_deferred_and_reopen, teardown),
 		cmocka_unit_test_teardown(test_permutation_two_jobs, teardown),
 		cmocka_unit_test_teardown(test_permutation_two_jobs_tiny_cache, teardown),
+		cmocka_unit_test_teardown(test_permutation_dsa, teardown),
+		cmocka_unit_test_teardown(test_dsa_shares_loads, teardown),
+		cmocka_unit_test_teardown(test_dsa_job_end_and_late_start, teardown),
 		cmocka_unit_test_teardown(test_groups_of_one, teardown),
 		cmocka_unit_test_teardown(test_groups_smaller_than_chunk, teardown),
 		cmocka_unit_test_teardown(test_empty_dataset, teardown),
