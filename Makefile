@@ -34,7 +34,7 @@ ENGINE_LIB := $(BUILD)/libdlshim_engine.a
 DAEMON := $(BUILD)/dlshimd
 CLI := $(BUILD)/dlshim
 
-.PHONY: demo all test unit unit-asan integration deps bench bench-core bench-redirect fidelity install clean lint valgrind
+.PHONY: demo all test unit unit-asan integration deps bench bench-core bench-redirect bench-hdf5 fidelity install clean lint valgrind
 all: $(LIB) $(DAEMON) $(CLI) $(HELPER_BIN)
 
 # The README's first command: set everything up and run the multi-job demo.
@@ -115,6 +115,9 @@ bench-core: all
 	bench/bench_core.sh
 bench-redirect: all
 	bench/bench_redirect.sh
+# Random HDF5 rows: plain h5py vs shim exact vs row redirect (docs/bench-hdf5.md).
+bench-hdf5: all
+	bench/bench_hdf5.sh
 
 # Test accuracy under exact and redirect modes (docs/fidelity.md).
 fidelity: deps all
