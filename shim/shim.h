@@ -85,6 +85,8 @@ struct route *client_open(int fd, const struct stat *st);
  * unless the coordinator redirected it) so the pairing holds. */
 int client_rows(const char *path, const char *dset, const struct stat *st, uint64_t nrows, uint64_t row_bytes,
 		uint64_t row, uint64_t n, int redirect, void *dst, uint64_t *served);
+/* Report row reads served through the shared index (batched). */
+void client_rows_flush(void);
 /* Release a pin (or only report bytes when r->slot is UINT32_MAX). */
 void client_release(const struct route *r, uint64_t bytes_cache, uint64_t bytes_pass);
 void client_release_slot(uint32_t slot, uint64_t gen);

@@ -308,12 +308,22 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 	}
 	r->served = served; /* also on PASS: the client then reads this row itself */
 	if (res->kind == DLSHIM_OPEN_HIT) {
+		/* Unpinned at once and the client's copy counted now: a row read
+		 * costs one message, and a slot reused before the copy only sends
+		 * the client to HDF5 (generation check). */
+		uint64_t take = first + count - served;
+		if (take > m->count)
+			take = m->count;
+		pthread_mutex_lock(&D.mu);
+		dlshim_engine_release(D.eng, job, res->slot, res->gen, take * m->row_bytes, 0);
+		pthread_mutex_unlock(&D.mu);
 		r->status = DLSHIM_OPEN_R_HIT;
 		r->slot = res->slot;
 		r->gen = res->gen;
 		r->size = count * m->row_bytes;
 		r->first = first;
 		r->count = count;
+		r->chunk_rows = k;
 	}
 	free(res);
 }
