@@ -785,6 +785,14 @@ void dlshim_engine_fast_hit(struct dlshim_engine *e, int j, const struct dlshim_
 	evict_touch(&e->ev, it);
 }
 
+void dlshim_engine_note_hits(struct dlshim_engine *e, int j, uint64_t n)
+{
+	if (j >= 0 && j < e->njobs) {
+		e->jobs[j].st.requests += n;
+		e->jobs[j].st.hits += n;
+	}
+}
+
 void dlshim_engine_note_pass(struct dlshim_engine *e, int j, uint64_t bytes)
 {
 	if (j >= 0 && j < e->njobs)

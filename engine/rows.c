@@ -36,6 +36,7 @@ void dlshim_rows_chunk_id(uint64_t dev, uint64_t ino, int64_t mtime_ns, uint64_t
 	out->ino = h;
 	out->size = bytes;
 	out->mtime_ns = mtime_ns;
+	out->ctime_ns = 0; /* a row chunk's version is its file's (dev, ino, mtime), checked at load */
 }
 
 struct dset_req {

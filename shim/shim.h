@@ -90,6 +90,8 @@ int client_rows(const char *path, const char *dset, const struct stat *st, uint6
 /* Open `path` (normalised, absent locally) through a peer node: returns a
  * new descriptor (read-only, holding the file's bytes) and its route, or -1. */
 int client_open_remote(const char *path, int flags, struct route **out);
+/* Report row reads served through the shared index (batched). */
+void client_rows_flush(void);
 /* Release a pin (or only report bytes when r->slot is UINT32_MAX). */
 void client_release(const struct route *r, uint64_t bytes_cache, uint64_t bytes_pass);
 void client_release_slot(uint32_t slot, uint64_t gen);

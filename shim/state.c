@@ -154,6 +154,7 @@ static void at_exit(void)
 		return;
 	g_in_shim++;
 	fdt_drop_all();
+	client_rows_flush();
 	int summary = g_cfg.log_level >= DLSHIM_LOG_INFO;
 	if (job_owner == getpid() && (g_cfg.stats_path[0] || summary)) {
 		static char json[DLSHIM_MSG_MAX + 1];

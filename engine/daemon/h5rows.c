@@ -11,6 +11,7 @@
 
 #include "daemon.h"
 #include "dlshim/rows.h"
+#include "dlshim/shm.h"
 #include "h5rows.h"
 
 #define PLANS 64
@@ -20,6 +21,7 @@ struct plan {
 	uint64_t dev, ino, size, chunk;
 	int64_t mtime_ns;
 	uint64_t dset_hash, nrows, row_bytes, chunk_rows;
+	uint32_t redirect;
 	int ok;                   /* 0: this dataset passes through */
 	int used;
 	uint64_t stamp;
@@ -79,10 +81,17 @@ static int plan_dataset(hid_t d, const struct dlshim_msg_rows *m, uint64_t cache
 	uint64_t c0 = 1;
 	if (lay == H5D_CHUNKED && H5Pget_chunk(dc, nd, cd) == nd && cd[0] > 0)
 		c0 = cd[0];
-	/* A row chunk stays a small part of the cache, so several datasets'
-	 * chunks and a few chunks ahead fit together. */
-	uint64_t agg = cache_bytes / 32 < AGG_BYTES ? cache_bytes / 32 : AGG_BYTES;
+	/* Aggregate when every loaded row gets used: redirect serves the rows
+	 * of a loaded chunk, and a dataset that fits the cache is read again.
+	 * Exact random reads of a larger dataset would load mostly rows that
+	 * are evicted unread: there a row chunk is one HDF5 chunk (what HDF5
+	 * reads anyway) or one cache block of contiguous rows. A row chunk
+	 * stays a small part of the cache, so several datasets fit together. */
+	int aggregate = m->redirect == DLSHIM_REDIRECT_ANY || m->nrows * rb <= cache_bytes / 2;
+	uint64_t agg = aggregate ? (cache_bytes / 32 < AGG_BYTES ? cache_bytes / 32 : AGG_BYTES) : DLSHIM_BLOCK_SIZE;
 	uint64_t want = m->chunk ? m->chunk : (agg + rb - 1) / rb;
+	if (!aggregate && !m->chunk && c0 == 1)
+		want = DLSHIM_BLOCK_SIZE / rb; /* whole rows within one block; 0 -> one row below */
 	if (want == 0)
 		want = 1;
 	uint64_t k = (want + c0 - 1) / c0 * c0; /* whole HDF5 chunks: each is read and decoded once */
@@ -106,7 +115,8 @@ static int get_plan(const struct dlshim_msg_rows *m, const char *path, const cha
 	for (int i = 0; i < PLANS; i++) {
 		struct plan *q = &plans[i];
 		if (q->used && q->dev == m->dev && q->ino == m->ino && q->size == m->size && q->mtime_ns == m->mtime_ns &&
-		    q->dset_hash == dh && q->nrows == m->nrows && q->row_bytes == m->row_bytes && q->chunk == m->chunk) {
+		    q->dset_hash == dh && q->nrows == m->nrows && q->row_bytes == m->row_bytes && q->chunk == m->chunk &&
+		    q->redirect == m->redirect) {
 			p = q;
 			break;
 		}
@@ -133,6 +143,7 @@ static int get_plan(const struct dlshim_msg_rows *m, const char *path, const cha
 		H5Fclose(f);
 		p->dev = m->dev, p->ino = m->ino, p->size = m->size, p->mtime_ns = m->mtime_ns;
 		p->dset_hash = dh, p->nrows = m->nrows, p->row_bytes = m->row_bytes, p->chunk = m->chunk;
+		p->redirect = m->redirect;
 		p->used = 1;
 		if (!p->ok)
 			dlog(DLSHIM_LOG_INFO, "%s:%s: rows pass through (layout or type not cached)", path, dset);
@@ -222,7 +233,7 @@ static void primary(const struct plan *p, uint64_t *hash, uint64_t *k)
 	for (int i = 0; i < PLANS; i++) {
 		const struct plan *q = &plans[i];
 		if (q->used && q->ok && q->dev == p->dev && q->ino == p->ino && q->mtime_ns == p->mtime_ns &&
-		    q->nrows == p->nrows && q->chunk == p->chunk && q->chunk_rows < *k) {
+		    q->nrows == p->nrows && q->chunk == p->chunk && q->redirect == p->redirect && q->chunk_rows < *k) {
 			*hash = q->dset_hash;
 			*k = q->chunk_rows;
 		}
@@ -297,12 +308,22 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 	}
 	r->served = served; /* also on PASS: the client then reads this row itself */
 	if (res->kind == DLSHIM_OPEN_HIT) {
+		/* Unpinned at once and the client's copy counted now: a row read
+		 * costs one message, and a slot reused before the copy only sends
+		 * the client to HDF5 (generation check). */
+		uint64_t take = first + count - served;
+		if (take > m->count)
+			take = m->count;
+		pthread_mutex_lock(&D.mu);
+		dlshim_engine_release(D.eng, job, res->slot, res->gen, take * m->row_bytes, 0);
+		pthread_mutex_unlock(&D.mu);
 		r->status = DLSHIM_OPEN_R_HIT;
 		r->slot = res->slot;
 		r->gen = res->gen;
 		r->size = count * m->row_bytes;
 		r->first = first;
 		r->count = count;
+		r->chunk_rows = k;
 	}
 	free(res);
 }

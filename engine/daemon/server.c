@@ -515,7 +515,10 @@ static int handle_open_path(struct conn *c, const char *path, long len)
 static void handle_release(struct conn *c, const struct dlshim_msg_release *m)
 {
 	pthread_mutex_lock(&D.mu);
-	if (m->flags & DLSHIM_RELEASE_F_FAST) {
+	if (m->flags & DLSHIM_RELEASE_F_ROWS) {
+		dlshim_engine_note_hits(D.eng, c->s->job, m->item);
+		dlshim_engine_release(D.eng, c->s->job, UINT32_MAX, 0, m->bytes_cache, 0);
+	} else if (m->flags & DLSHIM_RELEASE_F_FAST) {
 		/* A hit the client served through the shared index: no pin. */
 		struct dlshim_file_id id = {m->dev, m->ino, m->size, m->mtime_ns, 0};
 		dlshim_engine_fast_hit(D.eng, c->s->job, &id);
@@ -536,11 +539,6 @@ static int handle_rows(struct conn *c, const void *payload)
 	const char *dset = path + strlen(path) + 1;
 	struct dlshim_msg_rows_r r;
 	h5rows_serve(c->s->job, m, path, dset, &r);
-	if (r.status == DLSHIM_OPEN_R_HIT) {
-		pthread_mutex_lock(&D.mu);
-		session_add_pin(c->s, r.slot, r.gen);
-		pthread_mutex_unlock(&D.mu);
-	}
 	return reply(c, DLSHIM_MSG_ROWS_R, &r, sizeof(r), -1);
 }
 

@@ -186,6 +186,9 @@ int dlshim_engine_release(struct dlshim_engine *e, int job, uint32_t slot, uint6
 /* A client found `id` resident through the shared index and read it
  * without asking (no pin): account the request, hit and consumption. */
 void dlshim_engine_fast_hit(struct dlshim_engine *e, int job, const struct dlshim_file_id *id);
+/* Account `n` requests that clients served from the cache through the
+ * shared index without asking (HDF5 row reads, reported in batches). */
+void dlshim_engine_note_hits(struct dlshim_engine *e, int job, uint64_t n);
 /* Account a routed open that the client served without the cache. */
 void dlshim_engine_note_pass(struct dlshim_engine *e, int job, uint64_t bytes);
 

@@ -91,6 +91,7 @@ struct dlshim_msg_open_r {
 };
 
 #define DLSHIM_RELEASE_F_FAST 1u /* the open was a hit through the shared index: account it */
+#define DLSHIM_RELEASE_F_ROWS 2u /* `item` HDF5 row reads served through the index, `bytes_cache` their bytes */
 
 struct dlshim_msg_release {
 	uint32_t item;
@@ -122,13 +123,16 @@ struct dlshim_msg_rows {
 	uint64_t nrows;           /* first dimension of the dataset */
 	uint64_t row_bytes;       /* bytes of one row in the dataset's own type */
 	uint64_t row;             /* the row asked for */
+	uint64_t count;           /* rows wanted from `row` on (the reply may cover fewer) */
 	uint32_t redirect;        /* enum dlshim_redirect of the job */
 	uint32_t chunk;           /* DLSHIM_CHUNK (rows per chunk), 0 = auto */
 };
 
 /* HIT: row `served` (== `row` unless redirected) is at byte
  * (served - first) * row_bytes of the item in slot/gen, which holds rows
- * [first, first + count); pinned until RELEASE. PASS: read it yourself. */
+ * [first, first + count). Not pinned (one message per read): the client's
+ * seqlock check catches a slot reused meanwhile. PASS: read row `served`
+ * yourself. */
 struct dlshim_msg_rows_r {
 	uint32_t status;          /* DLSHIM_OPEN_R_HIT or DLSHIM_OPEN_R_PASS */
 	uint32_t slot;
@@ -136,6 +140,7 @@ struct dlshim_msg_rows_r {
 	uint64_t size;            /* bytes of the item */
 	uint64_t first, count;
 	uint64_t served;
+	uint64_t chunk_rows;      /* the dataset's rows per item: lets the client find later chunks in the index */
 };
 
 /* Encode a message into `buf` (at least sizeof hdr + len). Returns the

@@ -48,11 +48,28 @@ static long fixed_len(unsigned type)
 	case DLSHIM_MSG_OPEN: return (long)sizeof(struct dlshim_msg_open);
 	case DLSHIM_MSG_OPEN_R: return (long)sizeof(struct dlshim_msg_open_r);
 	case DLSHIM_MSG_RELEASE: return (long)sizeof(struct dlshim_msg_release);
+	case DLSHIM_MSG_ROWS_R: return (long)sizeof(struct dlshim_msg_rows_r);
 	case DLSHIM_MSG_LOADFD:
 	case DLSHIM_MSG_STATS:
 	case DLSHIM_MSG_STOP: return 0;
-	default: return -1; /* TEXT, ERROR, DATASET */
+	default: return -1; /* TEXT, ERROR, DATASET, ROWS */
 	}
+}
+
+/* A ROWS payload: the fixed part, then exactly two non-empty
+ * NUL-terminated names (file path, dataset). */
+static int rows_names_ok(const uint8_t *p, uint32_t len)
+{
+	size_t fixed = sizeof(struct dlshim_msg_rows);
+	if (len < fixed + 4)
+		return 0;
+	const uint8_t *a = p + fixed, *end = p + len;
+	const uint8_t *z = memchr(a, 0, (size_t)(end - a));
+	if (z == NULL || z == a)
+		return 0;
+	const uint8_t *b = z + 1;
+	const uint8_t *z2 = b < end ? memchr(b, 0, (size_t)(end - b)) : NULL;
+	return z2 != NULL && z2 != b && z2 == end - 1;
 }
 
 /* Consume the payload the way a receiver does: memcpy into the typed struct
@@ -137,9 +154,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				       want != -2 && raw.len <= DLSHIM_MSG_MAX && raw.len == size - HDR_LEN &&
 				       (want < 0 || (long)raw.len == want);
 			if (looks_ok)
-				CHECK(raw.type == DLSHIM_MSG_HELLO &&
-				      memchr(data + HDR_LEN + offsetof(struct dlshim_msg_hello, job), 0,
-					     sizeof(((struct dlshim_msg_hello *)0)->job)) == NULL);
+				CHECK((raw.type == DLSHIM_MSG_HELLO &&
+				       memchr(data + HDR_LEN + offsetof(struct dlshim_msg_hello, job), 0,
+					      sizeof(((struct dlshim_msg_hello *)0)->job)) == NULL) ||
+				      (raw.type == DLSHIM_MSG_ROWS && !rows_names_ok(data + HDR_LEN, raw.len)));
 		}
 		free(b1);
 		free(b2);
@@ -165,6 +183,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(payload2 == (const void *)(b2 + 3 + HDR_LEN));
 		sink = touch_payload(h.type, payload, h.len) + touch_payload(h.type, payload2, h.len);
 	}
+	if (h.type == DLSHIM_MSG_ROWS)
+		CHECK(rows_names_ok(payload, h.len));
 	if (h.type == DLSHIM_MSG_HELLO)
 		CHECK(memchr((const char *)payload + offsetof(struct dlshim_msg_hello, job), 0,
 			     sizeof(((struct dlshim_msg_hello *)0)->job)) != NULL);

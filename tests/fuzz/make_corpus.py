@@ -10,7 +10,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAGIC, VERSION = 0x31534C44, 1
-HELLO, HELLO_OK, OPEN, OPEN_R, LOADFD, RELEASE, STATS, TEXT, STOP, ERROR, DATASET = range(1, 12)
+HELLO, HELLO_OK, OPEN, OPEN_R, LOADFD, RELEASE, STATS, TEXT, STOP, ERROR, DATASET, ROWS, ROWS_R = range(1, 14)
 
 
 def hdr(t, n, seq=7, magic=MAGIC, version=VERSION):
@@ -30,6 +30,7 @@ def proto():
     op = struct.pack("<QQQq", 2049, 123456, 4096, 1700000000123456789)
     rel = struct.pack("<IIQQQQQQqII", 3, 5, 8, 4096, 0, 2049, 123456, 4096, 1, 0, 0)
     ds = struct.pack("<IIII", 1, 0, 0, 0) + b"/data/a,/data/b\0/list.txt\0"
+    rows = struct.pack("<QQQqQQQQII", 2049, 123456, 1 << 20, 1700000000123456789, 1000, 4096, 17, 1, 2, 0)
     return {
         "hello": pkt(HELLO, hello()),
         "hello_control": pkt(HELLO, hello(b"")[:4] + struct.pack("<I", 1) + hello(b"")[8:]),
@@ -44,6 +45,9 @@ def proto():
         "text": pkt(TEXT, b'{"daemon":{}}'),
         "error": pkt(ERROR, b"refused"),
         "dataset": pkt(DATASET, ds),
+        "rows": pkt(ROWS, rows + b"/data/train.h5\0/x\0"),
+        "rows_one_name": pkt(ROWS, rows + b"/data/train.h5\0"),
+        "rows_r": pkt(ROWS_R, struct.pack("<IIQQQQQQ", 1, 3, 8, 65536, 16, 16, 17, 16)),
         "truncated_header": pkt(OPEN, op)[:11],
         "bad_magic": hdr(STATS, 0, magic=0xDEADBEEF),
         "bad_version": hdr(STATS, 0, version=2),

@@ -438,6 +438,35 @@ static void test_fuzz(void **state)
 	assert_true(accepted < 300000);
 }
 
+/* A ROWS request carries exactly two non-empty NUL-terminated names after
+ * its fixed part; anything else is refused before a handler sees it. */
+static void test_rows_names(void **state)
+{
+	static unsigned char pl[sizeof(struct dlshim_msg_rows) + 64];
+	const size_t F = sizeof(struct dlshim_msg_rows);
+	const char *why;
+	struct {
+		const char *names;
+		size_t len;
+		int ok;
+	} cases[] = {
+		{"/d/f.h5\0/x\0", 11, 0},
+		{"/d/f.h5\0/x", 10, -1},      /* second name unterminated */
+		{"/d/f.h5\0/x\0z", 12, -1},  /* trailing bytes */
+		{"/d/f.h5\0\0", 9, -1},       /* empty dataset name */
+		{"\0/x\0", 4, -1},            /* empty path */
+		{"/d/f.h5\0", 8, -1},          /* one name only */
+		{"", 0, -1},                  /* no names */
+	};
+	(void)state;
+	memset(pl, 0, sizeof(pl));
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		memcpy(pl + F, cases[i].names, cases[i].len);
+		size_t n = dlshim_msg_encode(buf, DLSHIM_MSG_ROWS, 0, pl, (uint32_t)(F + cases[i].len));
+		assert_int_equal(decode(buf, n, &why), cases[i].ok);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -452,6 +481,7 @@ int main(void)
 		cmocka_unit_test(test_reject_unterminated_job),
 		cmocka_unit_test(test_null_outputs),
 		cmocka_unit_test(test_fuzz),
+		cmocka_unit_test(test_rows_names),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# make bench-hdf5: random-row reads of an HDF5 file larger than the cache,
+# plain h5py vs the shim in exact mode vs the shim with row redirection
+# (DLSHIM_REDIRECT=any), for small and large rows. Storage throttled with
+# blkio, page cache held down by a memory cgroup, caches dropped before each
+# run (bench/cgroup.sh). Results: bench/results/hdf5.json,
+# docs/img/hdf5.png, docs/bench-hdf5.md.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+. bench/cgroup.sh
+PY=/usr/bin/python3
+BUILD=$ROOT/build
+WORK=${BENCH_WORK:-/var/tmp/dlshim-bench-hdf5}
+FILE_MB=${BENCH_FILE_MB:-64}
+ROW_KB=${BENCH_ROW_KB:-"4 64"}
+EPOCHS=${BENCH_EPOCHS:-2}
+WORKERS=${BENCH_WORKERS:-2}
+PROFILE=${BENCH_PROFILE:-"slow:52428800:500"}
+VARIANTS=${BENCH_VARIANTS:-"plain exact any"}
+PROC_MEM=${BENCH_PROC_MEM:-314572800}
+OUT=bench/results
+mkdir -p "$OUT" docs/img "$WORK"
+
+if ! throttle_available; then
+	echo "bench-hdf5: cgroup v1 blkio/memory controllers are not writable here;" >&2
+	echo "a benchmark without throttled storage would measure the page cache, not I/O: not running." >&2
+	exit 1
+fi
+IFS=: read -r pname bps iops <<<"$PROFILE"
+results=$OUT/hdf5.json
+echo "{\"profile\": \"$pname\", \"bps\": $bps, \"iops\": $iops, \"epochs\": $EPOCHS, \"runs\": [" >"$results.tmp"
+first=1
+for kb in $ROW_KB; do
+	data=$WORK/rows-${kb}k
+	file=$data/rows.h5
+	rows=$((FILE_MB * 1024 / kb))
+	if [ ! -f "$file" ]; then
+		mkdir -p "$data"
+		echo "generating $rows rows of $kb KB in $file"
+		$PY - "$file" "$rows" "$((kb * 256))" <<'PYEOF'
+import sys, numpy as np, h5py
+path, n, cols = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with h5py.File(path, "w") as f:
+    x = f.create_dataset("x", (n, cols), dtype=np.float32)   # contiguous: plain h5py reads just the row
+    for a in range(0, n, 1024):
+        b = min(n, a + 1024)
+        blk = np.random.default_rng(a).standard_normal((b - a, cols)).astype(np.float32)
+        blk[:, 0] = np.arange(a, b)
+        x[a:b] = blk
+    f.create_dataset("y", data=(np.arange(n) % 1000).astype(np.int64))
+PYEOF
+	fi
+	fbytes=$(stat -c %s "$file")
+	cache=$((fbytes / 2))
+	dev=$(dev_of "$file")
+	for var in $VARIANTS; do
+		cg=dlshim-bench-h5-$$-$kb-$var
+		rt=$(mktemp -d /tmp/dlshim-bench-rt.XXXXXX)
+		rep=$(mktemp /tmp/dlshim-bench-rep.XXXXXX)
+		stats=$rt.stats.json
+		drop_caches
+		mem=$PROC_MEM
+		[ "$var" = plain ] || mem=$((PROC_MEM + cache))
+		cg_create "$cg" "$dev" "$bps" "$iops" "$mem"
+		trap 'cg_destroy "$cg"; rm -rf "$rt"' EXIT
+		env_args=(BENCH_ROW_KB="$kb")
+		if [ "$var" != plain ]; then
+			env_args+=(LD_PRELOAD="$BUILD/libdlshim.so" DLSHIM_ROOTS="$data" DLSHIM_CACHE="$cache"
+				DLSHIM_RUNTIME_DIR="$rt" DLSHIM_STATS="$stats" DLSHIM_IDLE_EXIT=60
+				DLSHIM_REDIRECT=$([ "$var" = any ] && echo any || echo off))
+		fi
+		echo "== $kb KB rows ($rows rows, $fbytes bytes, cache $cache): $var"
+		t0=$(date +%s%N)
+		cg_run "$cg" env "${env_args[@]}" $PY bench/h5_job.py "$file" "$EPOCHS" "$WORKERS" "$rep"
+		t1=$(date +%s%N)
+		total=$(cg_read_bytes "$cg" "$dev")
+		[ "$var" = plain ] || DLSHIM_RUNTIME_DIR=$rt "$BUILD/dlshim" stop >/dev/null 2>&1 || true
+		cg_destroy "$cg"
+		trap - EXIT
+		[ $first = 1 ] || echo "," >>"$results.tmp"
+		first=0
+		shim_stats=null
+		[ -s "$stats" ] && shim_stats=$(cat "$stats")
+		printf '{"row_kb": %s, "rows": %s, "file_bytes": %s, "cache_bytes": %s, "variant": "%s", "wall_s": %s, "device_bytes": %s, "job": %s, "shim": %s}\n' \
+			"$kb" "$rows" "$fbytes" "$cache" "$var" "$(( (t1 - t0) / 1000000000 )).$(printf %03d $(( (t1 - t0) / 1000000 % 1000 )))" \
+			"$total" "$(cat "$rep")" "$shim_stats" >>"$results.tmp"
+		rm -rf "$rt" "$rep" "$stats"
+	done
+done
+echo "]}" >>"$results.tmp"
+mv "$results.tmp" "$results"
+$PY bench/plot_hdf5.py "$results" docs/img/hdf5.png docs/bench-hdf5.md
+echo "results: $results, docs/img/hdf5.png, docs/bench-hdf5.md"

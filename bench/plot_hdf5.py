@@ -1,0 +1,64 @@
+#!/usr/bin/python3
+"""Plot and summarise bench/results/hdf5.json (written by bench_hdf5.sh).
+
+    plot_hdf5.py RESULTS.json OUT.png OUT.md
+"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+VARIANTS = ["plain", "exact", "any"]
+LABEL = {"plain": "plain h5py", "exact": "shim exact", "any": "shim redirect (any)"}
+
+
+def main():
+    res = json.load(open(sys.argv[1]))
+    sizes = sorted({r["row_kb"] for r in res["runs"]})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    w = 0.8 / len(VARIANTS)
+    rows = []
+    for si, kb in enumerate(sizes):
+        runs = {r["variant"]: r for r in res["runs"] if r["row_kb"] == kb}
+        for vi, var in enumerate(VARIANTS):
+            r = runs.get(var)
+            if r is None:
+                continue
+            eps = r["job"]["epochs"]
+            secs = [e["seconds"] for e in eps]
+            per_epoch = r["device_bytes"] / max(1, len(eps)) / r["file_bytes"]
+            ok = all(e["mismatched"] == 0 and e["distinct"] == r["rows"] for e in eps)
+            x = si + (vi - (len(VARIANTS) - 1) / 2) * w
+            axes[0].bar(x, sum(secs) / len(secs), w, color="C%d" % vi, label=LABEL[var] if si == 0 else None)
+            axes[1].bar(x, per_epoch, w, color="C%d" % vi, label=LABEL[var] if si == 0 else None)
+            rows.append("| %d KB | %s | %s | %.2f | %.2f | %s |" % (
+                kb, LABEL[var], " / ".join("%.1f" % s for s in secs), r["device_bytes"] / 2**20, per_epoch,
+                "yes" if ok else "NO"))
+    for ax, title in ((axes[0], "mean epoch time (s)"), (axes[1], "device bytes per epoch / file size")):
+        ax.set_xticks(range(len(sizes)))
+        ax.set_xticklabels(["%d KB rows" % kb for kb in sizes])
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+    fig.suptitle("Random HDF5 rows, file 2x the cache, storage %d MB/s, %d IOPS"
+                 % (res["bps"] // 2**20, res["iops"]))
+    fig.tight_layout()
+    fig.savefig(sys.argv[2], dpi=110)
+    with open(sys.argv[3], "w") as f:
+        f.write("# HDF5 rows benchmark\n\n")
+        f.write("`make bench-hdf5` (bench/bench_hdf5.sh): a shuffling DataLoader (2 workers) reads `x[i]` and\n"
+                "`y[i]` of every row of a contiguous float32 dataset in an HDF5 file twice the size of the shim's\n"
+                "cache, for %d epochs; storage throttled to %d MB/s and %d IOPS with cgroup v1 blkio, page cache\n"
+                "held down by a memory cgroup, caches dropped before each run. Device bytes are the cgroup's.\n\n"
+                % (res["epochs"], res["bps"] // 2**20, res["iops"]))
+        f.write("![HDF5 rows](img/hdf5.png)\n\n")
+        f.write("| rows | variant | epoch seconds | device MB | device bytes per epoch / file | pairs and permutation ok |\n")
+        f.write("|---|---|---|---|---|---|\n")
+        f.write("\n".join(rows) + "\n")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
