@@ -75,7 +75,7 @@ run_phase() { # NAME SHIM(0/1)
 		sleep 5
 		local line=""
 		for j in $(seq 1 $i); do
-			line="$line job$j: $(tail -n 1 "$OUT/$phase/job$j.log" 2>/dev/null | sed 's/^\[[^]]*\] //' | cut -c1-40) |"
+			line="$line job$j: $(tail -n 1 "$OUT/$phase/job$j.log" 2>/dev/null | sed -E 's/^\[[^]]*\] //; s/ loss [0-9.]+//; s/(done: [0-9.]+s).*/\1/' | cut -c1-36) |"
 		done
 		echo "demo: [$phase]$line"
 	done
