@@ -21,6 +21,7 @@ static struct {
 	int (*find)(const char *, uint64_t *, int64_t *, uint64_t *);
 	int (*fetch)(struct session *, struct peer_item *, int, char *, size_t);
 	void (*note_served)(uint32_t);
+	int (*prefetch_k)(void);
 } M;
 static char load_error[PATH_MAX + 256];
 
@@ -72,8 +73,9 @@ int peer_module_start(void)
 		*(void **)&M.find = dlsym(h, "peer_catalog_find");
 		*(void **)&M.fetch = dlsym(h, "remote_fetch");
 		*(void **)&M.note_served = dlsym(h, "peer_note_served");
+		*(void **)&M.prefetch_k = dlsym(h, "peer_prefetch_k");
 		if (!M.start || !M.enabled || !M.remote_open || !M.json || !M.foreach_remote || !M.find || !M.fetch ||
-		    !M.note_served) {
+		    !M.note_served || !M.prefetch_k) {
 			snprintf(load_error, sizeof(load_error), "%s lacks its entry points", MODULE_NAME);
 			memset(&M, 0, sizeof(M));
 		}
@@ -103,11 +105,12 @@ void peer_module_remote_files(void (*fn)(void *ctx, const char *path, uint64_t s
 		M.foreach_remote(fn, ctx);
 }
 
-int peer_module_lookup(const char *path, uint64_t *size, int64_t *mtime_ns)
+int peer_module_lookup(const char *path, uint64_t *size, int64_t *mtime_ns, uint64_t *holders)
 {
-	uint64_t holders;
-	return peer_module_enabled() ? M.find(path, size, mtime_ns, &holders) : -1;
+	return peer_module_enabled() ? M.find(path, size, mtime_ns, holders) : -1;
 }
+
+int peer_module_prefetch(void) { return peer_module_enabled() ? M.prefetch_k() : 0; }
 
 int peer_module_fetch(struct session *s, struct peer_item *it, int n, char *why, size_t whylen)
 {

@@ -46,8 +46,11 @@ int peer_module_remote_open(struct session *s, const char *path, struct dlshim_m
 /* Every file some peer is home for (and this node is not): for redirect
  * datasets, which span the cluster. */
 void peer_module_remote_files(void (*fn)(void *ctx, const char *path, uint64_t size, int64_t mtime_ns), void *ctx);
-/* A remote file's size and mtime as its home listed it; -1 when unknown. */
-int peer_module_lookup(const char *path, uint64_t *size, int64_t *mtime_ns);
+/* A remote file's size and mtime as its home listed it, and the nodes
+ * holding it (bit mask); -1 when unknown. */
+int peer_module_lookup(const char *path, uint64_t *size, int64_t *mtime_ns, uint64_t *holders);
+/* DLSHIM_PREFETCH: files a home may add to a reply (0 = off). */
+int peer_module_prefetch(void);
 /* Fetch it[0] (on demand) for session `s` (bounded in-flight per client);
  * it[1..n-1] are prefetch candidates the home may add if they are resident
  * there. 0 when it[0] arrived; it[k].got says which candidates did. */

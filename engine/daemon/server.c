@@ -18,6 +18,10 @@
 #include "h5rows.h"
 #include "peer_module.h"
 
+/* Prefetch candidates per remote request, whatever DLSHIM_PREFETCH says
+ * (the wire format allows 32). */
+#define PEER_PREFETCH_LIMIT 32
+
 struct conn {
 	int fd;
 	struct session *s;  /* NULL for control connections (CLI) */
@@ -182,11 +186,52 @@ static int item_is_remote(uint32_t item)
 	return dlshim_engine_item_id(D.eng, item, &id) == 0 && id.dev == PEER_REMOTE_DEV;
 }
 
+/* Prefetch candidates: remote files held by the wanted file's home. */
+struct same_home {
+	uint64_t holders;
+};
+
+static int on_same_home(void *ctx, uint32_t item)
+{
+	const struct same_home *h = ctx;
+	struct dlshim_file_id id;
+	uint64_t size, holders;
+	int64_t mtime;
+	const char *p = dlshim_engine_item_path(D.eng, item);
+	return dlshim_engine_item_id(D.eng, item, &id) == 0 && id.dev == PEER_REMOTE_DEV && p &&
+	       peer_module_lookup(p, &size, &mtime, &holders) == 0 && (holders & h->holders);
+}
+
+/* Describe one remote item's slot for the fetch (iovecs from `iov`). */
+static int fetch_item(uint32_t item, uint32_t slot, struct iovec *iov, size_t room, struct peer_item *out)
+{
+	struct dlshim_file_id id;
+	pthread_mutex_lock(&D.mu);
+	const char *p = dlshim_engine_item_path(D.eng, item);
+	int known = dlshim_engine_item_id(D.eng, item, &id) == 0;
+	pthread_mutex_unlock(&D.mu);
+	if (!known || p == NULL)
+		return -1;
+	int ni = 0;
+	for (uint64_t off = 0; off < id.size;) {
+		int got = dlshim_engine_slot_iov(D.eng, slot, off, iov + ni, (int)room - ni);
+		if (got <= 0)
+			return -1;
+		for (int j = ni; j < ni + got; j++)
+			off += iov[j].iov_len;
+		ni += got;
+	}
+	*out = (struct peer_item){.path = p, .size = id.size, .mtime_ns = id.mtime_ns, .iov = iov, .niov = ni, .item = item};
+	return 0;
+}
+
 /* The remote files of a chunk load: only the one served now is fetched,
- * on demand (the redox rule: what crosses the network is consumed); the
- * others go along as prefetch candidates, which the home sends if they are
- * resident there. The rest are given back unloaded (rc stays -1) and are
- * fetched when a request needs them. */
+ * on demand (the redox rule: what crosses the network is consumed). With
+ * DLSHIM_PREFETCH=K, up to K upcoming files of the job on the same home go
+ * along as candidates (first the chunk's, then other unread files of the
+ * group, each given a slot now), and the home sends those resident in its
+ * cache. Everything not received is given back unloaded (rc stays -1) and
+ * fetched when a request needs it. */
 static void load_remote(struct conn *c, const struct dlshim_open_result *res, uint32_t served, const char *remote,
 			int *rc)
 {
@@ -196,62 +241,76 @@ static void load_remote(struct conn *c, const struct dlshim_open_result *res, ui
 			want = i;
 	if (want == UINT32_MAX)
 		return;
-	struct peer_item *it = calloc(n, sizeof(*it));
-	struct iovec *iov = NULL;
-	uint32_t *at = calloc(n, sizeof(*at));
-	size_t niov = 0;
+	int k = peer_module_prefetch();
+	if (k > PEER_PREFETCH_LIMIT)
+		k = PEER_PREFETCH_LIMIT;
+	/* Entries: [0] wanted, then chunk members, then group members. */
+	uint32_t cap = 1 + (uint32_t)k;
+	struct peer_item *it = calloc(cap, sizeof(*it));
+	uint32_t *idx = calloc(cap, sizeof(*idx)), *xitem = calloc(cap, sizeof(*xitem)), *xslot = calloc(cap, sizeof(*xslot));
+	size_t niov = 0, used = 0;
 	pthread_mutex_lock(&D.mu);
 	for (uint32_t i = 0; i < n; i++)
 		niov += (size_t)(dlshim_engine_item_size(D.eng, res->load_item[i]) / DLSHIM_BLOCK_SIZE) + 2;
+	uint64_t wsize, wholders = 0;
+	int64_t wmt;
+	const char *wp = dlshim_engine_item_path(D.eng, served);
+	struct same_home home = {0};
+	if (wp && peer_module_lookup(wp, &wsize, &wmt, &wholders) == 0)
+		home.holders = wholders;
 	pthread_mutex_unlock(&D.mu);
-	iov = calloc(niov, sizeof(*iov));
-	if (it == NULL || iov == NULL || at == NULL) {
-		free(it);
-		free(iov);
-		free(at);
-		return;
-	}
-	/* it[0] is the wanted file, then the other remote files in chunk order. */
-	int m = 0;
-	size_t used = 0;
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t i = k == 0 ? want : k == want ? 0 : k;
-		if (!remote[i] || (m > 0 && i == want))
-			continue;
-		struct dlshim_file_id id;
-		pthread_mutex_lock(&D.mu);
-		const char *p = dlshim_engine_item_path(D.eng, res->load_item[i]);
-		int known = dlshim_engine_item_id(D.eng, res->load_item[i], &id) == 0;
-		pthread_mutex_unlock(&D.mu);
-		if (!known || p == NULL)
-			continue;
-		int ni = 0;
-		for (uint64_t off = 0; off < id.size;) {
-			int got = dlshim_engine_slot_iov(D.eng, res->load_slot[i], off, iov + used + ni,
-							 (int)(niov - used) - ni);
-			if (got <= 0)
-				break;
-			for (int j = ni; j < ni + got; j++)
-				off += iov[used + j].iov_len;
-			ni += got;
+	/* Room for the group members' blocks: at most an eighth of the cache. */
+	niov += (size_t)k * 2 + D.shm_len / 8 / DLSHIM_BLOCK_SIZE;
+	struct iovec *iov = calloc(niov, sizeof(*iov));
+	uint32_t m = 0, nx = 0;
+	if (it && idx && xitem && xslot && iov && fetch_item(served, res->load_slot[want], iov, niov, &it[0]) == 0) {
+		used += (size_t)it[0].niov;
+		idx[m++] = want;
+		for (uint32_t i = 0; i < n && m < cap; i++) {
+			pthread_mutex_lock(&D.mu);
+			int same = i != want && remote[i] && on_same_home(&home, res->load_item[i]);
+			pthread_mutex_unlock(&D.mu);
+			if (same && fetch_item(res->load_item[i], res->load_slot[i], iov + used, niov - used, &it[m]) == 0) {
+				used += (size_t)it[m].niov;
+				idx[m++] = i;
+			}
 		}
-		it[m] = (struct peer_item){.path = p, .size = id.size, .mtime_ns = id.mtime_ns, .iov = iov + used,
-					   .niov = ni, .item = res->load_item[i]};
-		at[m++] = i;
-		used += (size_t)ni;
-		if (m == 1 && i != want)
-			break; /* the wanted file is gone from the catalog: nothing to fetch */
-	}
-	char why[300];
-	if (m > 0 && at[0] == want) {
-		if (peer_module_fetch(c->s, it, m, why, sizeof(why)) < 0)
+		if (m < cap) {
+			pthread_mutex_lock(&D.mu);
+			nx = dlshim_engine_group_absent(D.eng, c->s->job, served, on_same_home, &home, xitem, xslot, cap - m);
+			pthread_mutex_unlock(&D.mu);
+			for (uint32_t x = 0; x < nx; x++) {
+				idx[m] = UINT32_MAX - x;
+				if (fetch_item(xitem[x], xslot[x], iov + used, niov - used, &it[m]) == 0)
+					used += (size_t)it[m++].niov;
+			}
+		}
+		char why[300];
+		if (peer_module_fetch(c->s, it, (int)m, why, sizeof(why)) < 0)
 			dlog(DLSHIM_LOG_WARN, "peers: %s is not on this node and cannot be fetched: %s", it[0].path, why);
-		for (int k = 0; k < m; k++)
-			rc[at[k]] = it[k].got ? 0 : -1;
+		for (uint32_t j = 0; j < m; j++)
+			if (idx[j] < n)
+				rc[idx[j]] = it[j].got ? 0 : -1;
 	}
+	/* The group members taken for prefetch: publish what arrived (no
+	 * client holds them yet), give back the rest. */
+	pthread_mutex_lock(&D.mu);
+	for (uint32_t x = 0; x < nx; x++) {
+		int got = 0;
+		for (uint32_t j = 0; j < m; j++)
+			got |= idx[j] == UINT32_MAX - x && it[j].got;
+		uint64_t gen = dlshim_engine_load_done(D.eng, c->s->job, xitem[x], got);
+		if (gen)
+			dlshim_engine_release(D.eng, c->s->job, xslot[x], gen, 0, 0);
+	}
+	if (nx)
+		pthread_cond_broadcast(&D.loaded);
+	pthread_mutex_unlock(&D.mu);
 	free(it);
+	free(idx);
+	free(xitem);
+	free(xslot);
 	free(iov);
-	free(at);
 }
 
 /* Load a chunk's files in one batch. Each was pinned for the loader; the
@@ -689,7 +748,8 @@ static int handle_open_path(struct conn *c, const char *path, long len)
 	int redirect = D.spec[c->s->job].redirect != DLSHIM_REDIRECT_OFF && dlshim_engine_job_has_dataset(D.eng, c->s->job);
 	pthread_mutex_unlock(&D.mu);
 	struct dlshim_msg_open o = {.dev = PEER_REMOTE_DEV, .ino = peer_path_hash(path)};
-	if (redirect && peer_module_lookup(path, &o.size, &o.mtime_ns) == 0)
+	uint64_t holders;
+	if (redirect && peer_module_lookup(path, &o.size, &o.mtime_ns, &holders) == 0)
 		return handle_open(c, &o, -1, 1);
 	if (peer_module_remote_open(c->s, path, &r, &sfd) == 0) {
 		pthread_mutex_lock(&D.mu);
