@@ -293,7 +293,8 @@ sys.exit(bad)
 PYEOF
 	for i in 0 1 2; do kill -9 "$(cat "$T/pid$i")" 2>/dev/null || true; done
 }
-CACHE=${MN_REDIRECT_CACHE:-3M}
+# A cache that holds the dataset: the prefetch effect is measured, not eviction.
+CACHE=${MN_REDIRECT_CACHE:-16M}
 redirect_run rdoff 0 24100
 redirect_run rdon 8 24200
 $PY - "$T" <<'PYEOF' || fail "prefetch did not cut the remote requests"
