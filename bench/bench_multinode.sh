@@ -98,7 +98,7 @@ ready() { # i n: node i sees n-1 peers up with files
 	DLSHIM_RUNTIME_DIR="$T/$RUN$1" "$B/dlshim" stats --json 2>/dev/null | $PY -c '
 import json, sys
 d = json.load(sys.stdin)["peers"]
-sys.exit(0 if sum(1 for n in d.get("nodes", []) if n.get("state") == "up" and n.get("files", 0) > 0) >= int(sys.argv[1]) else 1)' "$(($2 - 1))"
+sys.exit(0 if sum(1 for n in d.get("nodes", []) if n.get("state") == "up" and n.get("files", 0) > 0) >= int(sys.argv[1]) else 1)' "$(($2 - 1))" 2>/dev/null
 }
 PORT=25000
 run() { # name nodes prefetch -> $T/res_<name>.json
