@@ -297,6 +297,50 @@ PYEOF
 CACHE=${MN_REDIRECT_CACHE:-16M}
 redirect_run rdoff 0 24100
 redirect_run rdon 8 24200
+
+# ---- phase 4: redirect, node 2 dies mid-epoch ----
+# Jobs on nodes 0 and 1 must finish; every sample is the exact bytes of a
+# file of the class asked for, or an error for a path only node 2 could
+# serve (its files are gone, as in exact mode).
+RUNP=rdkill PREFETCH=8 PEERS=
+for i in 0 1 2; do PEERS+="${PEERS:+,}10.231.7.$((i + 1)):$((24300 + i))"; done
+for i in 0 1 2; do start_node $i; done
+for i in 0 1 2; do wait_for 15 peers_up $i 2 || fail "rdkill: node $i does not see both peers"; done
+for i in 0 1; do
+	on_node $i env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=dir \
+		$PY "$HERE/mn_torch_job.py" "$ROOT" "$T/manifest" "$T/out_rdkill_$i.json" 2 0.02 >"$T/job_rdkill_$i.out" 2>&1 &
+done
+sleep 0.8
+kill -9 "$(cat "$T/pid2")"
+for i in 0 1; do
+	for _ in $(seq 1200); do [ -s "$T/out_rdkill_$i.json" ] && break; sleep 0.1; done
+	[ -s "$T/out_rdkill_$i.json" ] || { cat "$T/job_rdkill_$i.out"; fail "rdkill: the job on node $i did not finish"; }
+done
+$PY - "$T" <<'PYEOF' || fail "rdkill: wrong bytes or classes after node 2 died"
+import collections, json, sys
+t = sys.argv[1]
+man = [l.split() for l in open(f"{t}/manifest")]
+by_class = collections.defaultdict(dict)
+for rel, sha, size, home in man:
+    by_class[rel.split("/")[0]][sha] = rel
+bad = 0
+for i in range(2):
+    got = json.load(open(f"{t}/out_rdkill_{i}.json"))
+    ok = err = 0
+    for rel, sha in got:
+        if sha.startswith("ERR:"):
+            err += 1
+        elif by_class[rel.split("/")[0]].get(sha):
+            ok += 1
+        else:
+            print(f"node {i}: asked {rel}, got bytes of no file of its class")
+            bad = 1
+    print(f"rdkill node {i}: {len(got)} samples, {ok} exact files of the class asked for, {err} errors (node 2 died)")
+    bad |= len(got) != len(man) or ok == 0
+sys.exit(bad)
+PYEOF
+for i in 0 1; do kill -9 "$(cat "$T/pid$i")" 2>/dev/null || true; done
+
 $PY - "$T" <<'PYEOF' || fail "prefetch did not cut the remote requests"
 import json, sys
 off = json.load(open(f"{sys.argv[1]}/counts_rdoff"))
