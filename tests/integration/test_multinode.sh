@@ -159,6 +159,9 @@ grep -q "libucp" "/proc/$(cat "$T/pid0")/maps" || fail "node 0 runs multi-node w
 DLSHIM_RUNTIME_DIR="$T/run0" "$B/dlshim" status >"$T/status0" || fail "dlshim status failed"
 cat "$T/status0"
 grep -q "node 2 .*unreachable" "$T/status0" || fail "status does not show node 2 as unreachable"
+grep -q "node 1 .*up, 42 files, transport tcp" "$T/status0" || fail "status does not show the transport UCX chose"
+grep -q "RDMA devices: " "$T/status0" || fail "status does not list the RDMA devices"
+grep -q "prefetch: up to 8 files per request" "$T/status0" || fail "status does not show the prefetch setting"
 grep -q "is unreachable" "$T/run0/dlshimd.log" || fail "the log does not report the unreachable node"
 start_node 2
 for i in 0 1 2; do
@@ -235,7 +238,8 @@ fi
 
 # ---- phase 3: redirect across nodes, prefetch off then on ----
 # Fresh coordinators (empty caches) on new ports for each run.
-redirect_run() { # name prefetch port-base
+redirect_run() { # name prefetch port-base [mode]
+	local mode=${4:-dir}
 	RUNP=$1 PREFETCH=$2 PEERS=
 	for i in 0 1 2; do PEERS+="${PEERS:+,}10.231.7.$((i + 1)):$(($3 + i))"; done
 	for i in 0 1 2; do start_node $i; done
@@ -243,7 +247,7 @@ redirect_run() { # name prefetch port-base
 		wait_for 15 peers_up $i 2 || { cat "$T/$RUNP"*/dlshimd.log; fail "$1: node $i does not see both peers"; }
 	done
 	for i in 0 1 2; do
-		on_node $i env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=dir \
+		on_node $i env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=$mode \
 			$PY "$HERE/mn_torch_job.py" "$ROOT" "$T/manifest" "$T/out_$1_$i.json" 2 >"$T/job_$1_$i.out" 2>&1 &
 	done
 	for i in 0 1 2; do
@@ -251,36 +255,41 @@ redirect_run() { # name prefetch port-base
 		[ -s "$T/out_$1_$i.json" ] || { cat "$T/job_$1_$i.out"; fail "$1: the job on node $i did not finish"; }
 	done
 	sleep 0.3
-	$PY - "$T" "$1" <<'PYEOF' || fail "$1: wrong bytes, permutation or label groups"
+	$PY - "$T" "$1" "$mode" <<'PYEOF' || fail "$1: wrong bytes, permutation or label groups"
 import collections, json, os, subprocess, sys
-t, name = sys.argv[1], sys.argv[2]
+t, name, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 man = [l.split() for l in open(f"{t}/manifest")]
-by_class = collections.defaultdict(dict)   # class dir -> sha -> file
+by_class = collections.defaultdict(dict)   # label group -> sha -> file
+group = (lambda rel: rel.split("/")[0]) if mode == "dir" else (lambda rel: "root")
 for rel, sha, size, home in man:
-    by_class[rel.split("/")[0]][sha] = rel
+    by_class[group(rel)][sha] = rel
 bad = 0
 tot = {"requests": 0, "hits": 0, "received": 0}
 for i in range(3):
     got = json.load(open(f"{t}/out_{name}_{i}.json"))
     served = collections.Counter()
     for rel, sha in got:
-        cls = rel.split("/")[0]
+        cls = group(rel)
         f = by_class[cls].get(sha)
         if f is None:   # wrong bytes, or a file of another class
             print(f"node {i}: asked {rel}, got bytes that are no file of {cls}: {sha}")
             bad = 1
         else:
             served[f] += 1
-    missing = [rel for rel, *_ in man if served[rel] == 0]
-    twice = [f for f, n in served.items() if n > 1]
-    if len(got) != len(man) or missing or twice:
-        print(f"node {i}: {len(got)} samples; not served {missing[:5]} ({len(missing)}); served twice {twice[:5]}")
+    # A permutation: the multiset of contents received is the dataset's
+    # (files with equal bytes, such as the empty ones, cannot be told apart).
+    want = collections.Counter(sha for rel, sha, size, home in man)
+    have = collections.Counter(sha for rel, sha in got)
+    if have != want:
+        missing = [by_class[group(rel)].get(sha, rel) for rel, sha, *_ in man if have[sha] < want[sha]]
+        twice = [sha[:12] for sha in have if have[sha] > want[sha]]
+        print(f"node {i}: {len(got)} samples; not served {missing[:5]}; served too often {twice[:5]}")
         bad = 1
     st = json.loads(subprocess.run(["env", f"DLSHIM_RUNTIME_DIR={t}/{name}{i}", os.environ["B"] + "/dlshim", "stats",
                                     "--json"], capture_output=True, text=True).stdout)["peers"]
     r, p = st["remote"], st["prefetch"]
-    redirected = sum(1 for rel, sha in got if by_class[rel.split("/")[0]].get(sha) != rel)
-    print(f"{name} node {i}: {len(got)} samples, a permutation of the {len(man)} files, classes kept, "
+    redirected = sum(1 for rel, sha in got if by_class[group(rel)].get(sha) != rel)
+    print(f"{name} node {i}: {len(got)} samples, a permutation of the {len(man)} files, {'classes' if mode == 'dir' else 'root group'} kept, "
           f"{redirected} redirected; remote requests {r['requests']} (failed {r['failures']}), "
           f"prefetch received {p['received']} hits {p['hits']}; served to peers {st['served']}")
     if r["failures"]:
@@ -297,6 +306,8 @@ PYEOF
 CACHE=${MN_REDIRECT_CACHE:-16M}
 redirect_run rdoff 0 24100
 redirect_run rdon 8 24200
+# any: one label group per root (and extension) across the cluster.
+redirect_run rdany 8 24400 any
 
 # ---- phase 4: redirect, node 2 dies mid-epoch ----
 # Jobs on nodes 0 and 1 must finish; every sample is the exact bytes of a
