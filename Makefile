@@ -37,7 +37,7 @@ DAEMON := $(BUILD)/dlshimd
 PEERS_MOD := $(BUILD)/dlshimd-peers.so
 CLI := $(BUILD)/dlshim
 
-.PHONY: demo all test unit unit-asan integration test-multinode deps bench bench-core bench-redirect bench-sampling bench-hdf5 fidelity install clean lint valgrind
+.PHONY: demo all test unit unit-asan integration test-multinode deps bench bench-core bench-redirect bench-sampling bench-hdf5 bench-multinode fidelity install clean lint valgrind
 all: $(LIB) $(DAEMON) $(PEERS_MOD) $(CLI) $(HELPER_BIN)
 
 # The README's first command: set everything up and run the multi-job demo.
@@ -133,6 +133,10 @@ bench-redirect: all
 # Random HDF5 rows: plain h5py vs shim exact vs row redirect (docs/bench-hdf5.md).
 bench-hdf5: all
 	bench/bench_hdf5.sh
+
+# Multi-node cache over network namespaces: prefetch on/off, 1-3 nodes (docs/bench-multinode.md).
+bench-multinode: all
+	bench/bench_multinode.sh
 
 # Test accuracy under exact and redirect modes (docs/fidelity.md).
 fidelity: deps all

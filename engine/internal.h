@@ -63,6 +63,7 @@ struct group {
 	struct dlshim_dsa *dsa;      /* shared sampler (DLSHIM_SAMPLER=dsa), NULL until used */
 	uint32_t *dsa_back, ndsa_back, dsa_back_cap; /* sampler index -> item */
 	uint64_t dsa_mean;           /* mean cache bytes of a member */
+	uint32_t pf_next;            /* where the next remote-prefetch scan starts */
 	UT_hash_handle hh;
 };
 

@@ -639,3 +639,36 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, unsigned flags,
 	if (res->kind == DLSHIM_OPEN_HIT)
 		load_ahead(e, jb, rq, res);
 }
+
+/* Upcoming files of a job for a remote prefetch: absent members of the
+ * request's group that the job has not read this group epoch and that
+ * `want` accepts, each given a slot (pinned for the loader, as in a chunk
+ * load). At most `max` files and an eighth of the cache. */
+uint32_t dlshim_engine_group_absent(struct dlshim_engine *e, int j, uint32_t req, int (*want)(void *ctx, uint32_t item),
+				    void *ctx, uint32_t *items, uint32_t *slots, uint32_t max)
+{
+	if (j < 0 || j >= e->njobs || req >= e->nitems)
+		return 0;
+	struct job *jb = &e->jobs[j];
+	struct item *rq = &e->items[req];
+	if (!jb->live || jb->mode == DLSHIM_REDIRECT_OFF || rq->group[GKIND(jb)] == NONE)
+		return 0;
+	struct group *g = e->groups[rq->group[GKIND(jb)]];
+	uint64_t bytes = 0, budget = e->nblocks * DLSHIM_BLOCK_SIZE / 8;
+	uint32_t n = 0;
+	/* From a rotating start, so concurrent requests spread over the group. */
+	uint32_t start = g->n ? g->pf_next % g->n : 0;
+	for (uint32_t k = 0; k < g->n && n < max; k++) {
+		uint32_t it = g->items[(start + k) % g->n];
+		g->pf_next = start + k + 1;
+		struct item *x = &e->items[it];
+		if (it == req || x->state != ITEM_ABSENT || x->path == NULL || !candidate(jb, rq, x, it) || !want(ctx, it))
+			continue;
+		if (bytes + x->size > budget || eng_start_load(e, jb, it) < 0)
+			break;
+		bytes += x->size;
+		items[n] = it;
+		slots[n++] = x->slot;
+	}
+	return n;
+}

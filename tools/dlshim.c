@@ -537,9 +537,16 @@ static void print_peers(const char *json)
 	human_bytes(jnum0(&d, s, "bytes"), sb, sizeof(sb));
 	printf("  peers:   this is node %.0f, %.0f local files; RDMA devices: %s\n", jnum0(&d, p, "node"),
 	       jnum0(&d, p, "local_files"), devs && devs[0] ? devs : "none");
-	printf("  remote:  %.0f fetched (%s), %.0f failed, %.0f re-opens served from this cache; "
-	       "served to peers %.0f (%s)\n",
-	       jnum0(&d, r, "ok"), rb, jnum0(&d, r, "failures"), jnum0(&d, r, "local_hits"), jnum0(&d, s, "requests"), sb);
+	int pf = jget(&d, p, "prefetch");
+	printf("  remote:  %.0f requests, %.0f ok (%s), %.0f failed, %.0f re-opens served from this cache; "
+	       "served to peers %.0f files (%s, %.0f of them prefetched)\n",
+	       jnum0(&d, r, "requests"), jnum0(&d, r, "ok"), rb, jnum0(&d, r, "failures"), jnum0(&d, r, "local_hits"),
+	       jnum0(&d, s, "files"), sb, jnum0(&d, s, "prefetched"));
+	if (jnum0(&d, pf, "k") > 0)
+		printf("  prefetch: up to %.0f files per request; %.0f asked, %.0f received, %.0f hits\n",
+		       jnum0(&d, pf, "k"), jnum0(&d, pf, "asked"), jnum0(&d, pf, "received"), jnum0(&d, pf, "hits"));
+	else
+		printf("  prefetch: off (DLSHIM_PREFETCH=0)\n");
 	int nodes = jget(&d, p, "nodes");
 	for (int c = nodes >= 0 ? d.n[nodes].child : -1; c >= 0; c = d.n[c].next) {
 		const char *addr = jstr(&d, c, "addr");

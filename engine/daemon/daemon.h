@@ -64,6 +64,11 @@ extern struct daemon D;
 
 void dlog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* slot_fd.c: a sealed, read-only memfd holding the bytes of a published
+ * slot (a file that exists only in the cache, fetched from a peer), with
+ * `mtime_ns` as its mtime; -1 if the slot changed or on error. */
+int slot_memfd(uint32_t slot, uint64_t gen, uint64_t size, int64_t mtime_ns);
+
 /* server.c */
 void *conn_thread(void *arg);
 

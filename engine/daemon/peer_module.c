@@ -17,6 +17,11 @@ static struct {
 	int (*enabled)(void);
 	int (*remote_open)(struct session *, const char *, struct dlshim_msg_open_r *, int *);
 	size_t (*json)(char *, size_t);
+	void (*foreach_remote)(void (*)(void *, const char *, uint64_t, int64_t), void *);
+	int (*find)(const char *, uint64_t *, int64_t *, uint64_t *);
+	int (*fetch)(struct session *, struct peer_item *, int, char *, size_t);
+	void (*note_served)(uint32_t);
+	int (*prefetch_k)(void);
 } M;
 static char load_error[PATH_MAX + 256];
 
@@ -64,7 +69,13 @@ int peer_module_start(void)
 		*(void **)&M.enabled = dlsym(h, "peer_enabled");
 		*(void **)&M.remote_open = dlsym(h, "remote_open");
 		*(void **)&M.json = dlsym(h, "peer_json");
-		if (!M.start || !M.enabled || !M.remote_open || !M.json) {
+		*(void **)&M.foreach_remote = dlsym(h, "peer_catalog_foreach_remote");
+		*(void **)&M.find = dlsym(h, "peer_catalog_find");
+		*(void **)&M.fetch = dlsym(h, "remote_fetch");
+		*(void **)&M.note_served = dlsym(h, "peer_note_served");
+		*(void **)&M.prefetch_k = dlsym(h, "peer_prefetch_k");
+		if (!M.start || !M.enabled || !M.remote_open || !M.json || !M.foreach_remote || !M.find || !M.fetch ||
+		    !M.note_served || !M.prefetch_k) {
 			snprintf(load_error, sizeof(load_error), "%s lacks its entry points", MODULE_NAME);
 			memset(&M, 0, sizeof(M));
 		}
@@ -86,6 +97,33 @@ int peer_module_remote_open(struct session *s, const char *path, struct dlshim_m
 	r->status = DLSHIM_OPEN_R_ABSENT;
 	*sfd = -1;
 	return -1;
+}
+
+void peer_module_remote_files(void (*fn)(void *ctx, const char *path, uint64_t size, int64_t mtime_ns), void *ctx)
+{
+	if (peer_module_enabled())
+		M.foreach_remote(fn, ctx);
+}
+
+int peer_module_lookup(const char *path, uint64_t *size, int64_t *mtime_ns, uint64_t *holders)
+{
+	return peer_module_enabled() ? M.find(path, size, mtime_ns, holders) : -1;
+}
+
+int peer_module_prefetch(void) { return peer_module_enabled() ? M.prefetch_k() : 0; }
+
+int peer_module_fetch(struct session *s, struct peer_item *it, int n, char *why, size_t whylen)
+{
+	if (peer_module_enabled())
+		return M.fetch(s, it, n, why, whylen);
+	snprintf(why, whylen, "multi-node caching is off");
+	return -1;
+}
+
+void peer_module_note_served(uint32_t item)
+{
+	if (M.note_served)
+		M.note_served(item);
 }
 
 size_t peer_module_json(char *buf, size_t cap)

@@ -14,8 +14,13 @@
 #include "dlshim/proto.h"
 #include "dlshim/fileid.h"
 #include "dlshim/scan.h"
+#include "dlshim/shm.h"
 #include "h5rows.h"
 #include "peer_module.h"
+
+/* Prefetch candidates per remote request, whatever DLSHIM_PREFETCH says
+ * (the wire format allows 32). */
+#define PEER_PREFETCH_LIMIT 32
 
 struct conn {
 	int fd;
@@ -174,6 +179,140 @@ static int open_item(uint32_t item, const char *path)
 	return fd;
 }
 
+/* Is the item a file that only a peer holds? Called with D.mu. */
+static int item_is_remote(uint32_t item)
+{
+	struct dlshim_file_id id;
+	return dlshim_engine_item_id(D.eng, item, &id) == 0 && id.dev == PEER_REMOTE_DEV;
+}
+
+/* Prefetch candidates: remote files held by the wanted file's home. */
+struct same_home {
+	uint64_t holders;
+};
+
+static int on_same_home(void *ctx, uint32_t item)
+{
+	const struct same_home *h = ctx;
+	struct dlshim_file_id id;
+	uint64_t size, holders;
+	int64_t mtime;
+	const char *p = dlshim_engine_item_path(D.eng, item);
+	return dlshim_engine_item_id(D.eng, item, &id) == 0 && id.dev == PEER_REMOTE_DEV && p &&
+	       peer_module_lookup(p, &size, &mtime, &holders) == 0 && (holders & h->holders);
+}
+
+/* Describe one remote item's slot for the fetch (iovecs from `iov`). */
+static int fetch_item(uint32_t item, uint32_t slot, struct iovec *iov, size_t room, struct peer_item *out)
+{
+	struct dlshim_file_id id;
+	pthread_mutex_lock(&D.mu);
+	const char *p = dlshim_engine_item_path(D.eng, item);
+	int known = dlshim_engine_item_id(D.eng, item, &id) == 0;
+	pthread_mutex_unlock(&D.mu);
+	if (!known || p == NULL)
+		return -1;
+	int ni = 0;
+	for (uint64_t off = 0; off < id.size;) {
+		int got = dlshim_engine_slot_iov(D.eng, slot, off, iov + ni, (int)room - ni);
+		if (got <= 0)
+			return -1;
+		for (int j = ni; j < ni + got; j++)
+			off += iov[j].iov_len;
+		ni += got;
+	}
+	*out = (struct peer_item){.path = p, .size = id.size, .mtime_ns = id.mtime_ns, .iov = iov, .niov = ni, .item = item};
+	return 0;
+}
+
+/* The remote files of a chunk load: only the one served now is fetched,
+ * on demand (the redox rule: what crosses the network is consumed). With
+ * DLSHIM_PREFETCH=K, up to K upcoming files of the job on the same home go
+ * along as candidates (first the chunk's, then other unread files of the
+ * group, each given a slot now), and the home sends those resident in its
+ * cache. Everything not received is given back unloaded (rc stays -1) and
+ * fetched when a request needs it. */
+static void load_remote(struct conn *c, const struct dlshim_open_result *res, uint32_t served, const char *remote,
+			int *rc)
+{
+	uint32_t n = res->nload, want = UINT32_MAX;
+	for (uint32_t i = 0; i < n; i++)
+		if (remote[i] && res->load_item[i] == served)
+			want = i;
+	if (want == UINT32_MAX)
+		return;
+	int k = peer_module_prefetch();
+	if (k > PEER_PREFETCH_LIMIT)
+		k = PEER_PREFETCH_LIMIT;
+	/* Entries: [0] wanted, then chunk members, then group members. */
+	uint32_t cap = 1 + (uint32_t)k;
+	struct peer_item *it = calloc(cap, sizeof(*it));
+	uint32_t *idx = calloc(cap, sizeof(*idx)), *xitem = calloc(cap, sizeof(*xitem)), *xslot = calloc(cap, sizeof(*xslot));
+	size_t niov = 0, used = 0;
+	pthread_mutex_lock(&D.mu);
+	for (uint32_t i = 0; i < n; i++)
+		niov += (size_t)(dlshim_engine_item_size(D.eng, res->load_item[i]) / DLSHIM_BLOCK_SIZE) + 2;
+	uint64_t wsize, wholders = 0;
+	int64_t wmt;
+	const char *wp = dlshim_engine_item_path(D.eng, served);
+	struct same_home home = {0};
+	if (wp && peer_module_lookup(wp, &wsize, &wmt, &wholders) == 0)
+		home.holders = wholders;
+	pthread_mutex_unlock(&D.mu);
+	/* Room for the group members' blocks: at most an eighth of the cache. */
+	niov += (size_t)k * 2 + D.shm_len / 8 / DLSHIM_BLOCK_SIZE;
+	struct iovec *iov = calloc(niov, sizeof(*iov));
+	uint32_t m = 0, nx = 0;
+	if (it && idx && xitem && xslot && iov && fetch_item(served, res->load_slot[want], iov, niov, &it[0]) == 0) {
+		used += (size_t)it[0].niov;
+		idx[m++] = want;
+		for (uint32_t i = 0; i < n && m < cap; i++) {
+			pthread_mutex_lock(&D.mu);
+			int same = i != want && remote[i] && on_same_home(&home, res->load_item[i]);
+			pthread_mutex_unlock(&D.mu);
+			if (same && fetch_item(res->load_item[i], res->load_slot[i], iov + used, niov - used, &it[m]) == 0) {
+				used += (size_t)it[m].niov;
+				idx[m++] = i;
+			}
+		}
+		if (m < cap) {
+			pthread_mutex_lock(&D.mu);
+			nx = dlshim_engine_group_absent(D.eng, c->s->job, served, on_same_home, &home, xitem, xslot, cap - m);
+			pthread_mutex_unlock(&D.mu);
+			for (uint32_t x = 0; x < nx; x++) {
+				idx[m] = UINT32_MAX - x;
+				if (fetch_item(xitem[x], xslot[x], iov + used, niov - used, &it[m]) == 0)
+					used += (size_t)it[m++].niov;
+			}
+		}
+		char why[300];
+		if (peer_module_fetch(c->s, it, (int)m, why, sizeof(why)) < 0)
+			dlog(DLSHIM_LOG_WARN, "peers: %s is not on this node and cannot be fetched: %s", it[0].path, why);
+		for (uint32_t j = 0; j < m; j++)
+			if (idx[j] < n)
+				rc[idx[j]] = it[j].got ? 0 : -1;
+	}
+	/* The group members taken for prefetch: publish what arrived (no
+	 * client holds them yet), give back the rest. */
+	pthread_mutex_lock(&D.mu);
+	for (uint32_t x = 0; x < nx; x++) {
+		int got = 0;
+		for (uint32_t j = 0; j < m; j++)
+			got |= idx[j] == UINT32_MAX - x && it[j].got;
+		uint64_t gen = dlshim_engine_load_done(D.eng, c->s->job, xitem[x], got);
+		if (gen)
+			dlshim_engine_release(D.eng, c->s->job, xslot[x], gen, 0, 0);
+	}
+	if (nx)
+		pthread_cond_broadcast(&D.loaded);
+	pthread_mutex_unlock(&D.mu);
+	free(it);
+	free(idx);
+	free(xitem);
+	free(xslot);
+	free(iov);
+}
+
 /* Load a chunk's files in one batch. Each was pinned for the loader; the
  * served one keeps its pin for the client, the others are released. */
 static uint64_t load_chunk(struct conn *c, const struct dlshim_open_result *res, uint32_t served)
@@ -182,15 +321,18 @@ static uint64_t load_chunk(struct conn *c, const struct dlshim_open_result *res,
 	int fds[DLSHIM_MAX_CHUNK], rc[DLSHIM_MAX_CHUNK];
 	uint64_t sizes[DLSHIM_MAX_CHUNK];
 	const char *paths[DLSHIM_MAX_CHUNK];
+	char remote[DLSHIM_MAX_CHUNK];
 	pthread_mutex_lock(&D.mu);
 	for (uint32_t i = 0; i < n; i++) {
 		paths[i] = dlshim_engine_item_path(D.eng, res->load_item[i]);
 		sizes[i] = dlshim_engine_item_size(D.eng, res->load_item[i]);
+		remote[i] = item_is_remote(res->load_item[i]);
 	}
 	pthread_mutex_unlock(&D.mu);
 	for (uint32_t i = 0; i < n; i++)
-		fds[i] = open_item(res->load_item[i], paths[i]);
+		fds[i] = remote[i] ? -1 : open_item(res->load_item[i], paths[i]);
 	loader_load_batch(fds, res->load_slot, sizes, rc, n);
+	load_remote(c, res, served, remote, rc);
 	for (uint32_t i = 0; i < n; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
@@ -218,16 +360,36 @@ static void start_ahead(struct conn *c, const struct dlshim_open_result *res)
 {
 	int fds[DLSHIM_MAX_CHUNK];
 	const char *paths[DLSHIM_MAX_CHUNK];
+	char remote[DLSHIM_MAX_CHUNK];
 	pthread_mutex_lock(&D.mu);
-	for (uint32_t i = 0; i < res->nload; i++)
+	for (uint32_t i = 0; i < res->nload; i++) {
 		paths[i] = dlshim_engine_item_path(D.eng, res->load_item[i]);
+		remote[i] = item_is_remote(res->load_item[i]);
+	}
 	pthread_mutex_unlock(&D.mu);
+	/* Remote files are never loaded ahead of demand (nothing is sent over
+	 * the network that is not consumed): the loader gives them back. */
 	for (uint32_t i = 0; i < res->nload; i++)
-		fds[i] = open_item(res->load_item[i], paths[i]);
+		fds[i] = remote[i] ? -1 : open_item(res->load_item[i], paths[i]);
 	loader_load_ahead(c->s->job, res, fds);
 }
 
-static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd)
+/* A descriptor of the file served: the file itself, or for a file only a
+ * peer holds, a memfd copy of its slot. */
+static int served_fd(uint32_t item, const char *path, uint32_t slot, uint64_t gen, int hit)
+{
+	struct dlshim_file_id id;
+	pthread_mutex_lock(&D.mu);
+	int remote = dlshim_engine_item_id(D.eng, item, &id) == 0 && id.dev == PEER_REMOTE_DEV;
+	pthread_mutex_unlock(&D.mu);
+	if (!remote)
+		return open_item(item, path);
+	return hit ? slot_memfd(slot, gen, id.size, id.mtime_ns) : -1;
+}
+
+/* `remote`: the request names a file only a peer holds (OPEN_PATH in a
+ * redirect mode); it has no descriptor and always needs one back. */
+static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd, int remote)
 {
 	struct dlshim_file_id id = {o->dev, o->ino, o->size, o->mtime_ns, o->ctime_ns};
 	static __thread struct dlshim_open_result res;
@@ -259,7 +421,25 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd)
 	const char *served_path = res.item != res.requested ? dlshim_engine_item_path(D.eng, res.item) : NULL;
 	pthread_mutex_unlock(&D.mu);
 
-	if (res.kind == DLSHIM_OPEN_LOAD) {
+	if (res.kind == DLSHIM_OPEN_LOAD && remote) {
+		/* A remote file loaded alone (outside the job's groups). */
+		struct dlshim_open_result *one = malloc(sizeof(*one));
+		uint64_t gen = 0;
+		if (one) {
+			*one = (struct dlshim_open_result){.kind = DLSHIM_OPEN_LOAD_CHUNK, .item = res.item, .nload = 1};
+			one->load_item[0] = res.item;
+			one->load_slot[0] = res.slot;
+			gen = load_chunk(c, one, res.item);
+			free(one);
+		} else {
+			pthread_mutex_lock(&D.mu);
+			dlshim_engine_load_done(D.eng, c->s->job, res.item, 0);
+			pthread_cond_broadcast(&D.loaded);
+			pthread_mutex_unlock(&D.mu);
+		}
+		res.kind = gen ? DLSHIM_OPEN_HIT : DLSHIM_OPEN_PASS;
+		res.gen = gen;
+	} else if (res.kind == DLSHIM_OPEN_LOAD) {
 		/* The client's own descriptor: sent with the OPEN, or asked for. */
 		int fd = ofd, ok = 1;
 		ofd = -1;
@@ -317,8 +497,8 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd)
 	/* A redirected request gets a descriptor of the file actually served,
 	 * so everything the shim does not intercept sees the same bytes. */
 	int sfd = -1;
-	if (res.item != res.requested && res.item != UINT32_MAX) {
-		sfd = open_item(res.item, served_path);
+	if ((res.item != res.requested || remote) && res.item != UINT32_MAX) {
+		sfd = served_fd(res.item, served_path ? served_path : "", r.slot, r.gen, r.status == DLSHIM_OPEN_R_HIT);
 		if (sfd >= 0) {
 			r.flags |= DLSHIM_OPEN_R_F_FD;
 		} else if (r.status == DLSHIM_OPEN_R_HIT) {
@@ -331,6 +511,8 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd)
 			r.status = DLSHIM_OPEN_R_PASS;
 		}
 	}
+	if (r.status == DLSHIM_OPEN_R_HIT)
+		peer_module_note_served(r.item);
 	int rc = reply(c, DLSHIM_MSG_OPEN_R, &r, sizeof(r), sfd);
 	if (sfd >= 0)
 		close(sfd);
@@ -356,7 +538,10 @@ struct scan_acc {
 	struct scanned *v;
 	size_t n, cap;
 	enum dlshim_redirect mode;
+	const char *roots;
 };
+
+static char *group_key(const char *path, const char *root, enum dlshim_redirect mode);
 
 static int scan_cb(void *ctx, const char *path, const struct stat *st, const char *root)
 {
@@ -372,7 +557,17 @@ static int scan_cb(void *ctx, const char *path, const struct stat *st, const cha
 	struct scanned *s = &a->v[a->n];
 	s->id = dlshim_stat_version(st);
 	s->path = strdup(path);
-	s->group = NULL;
+	s->group = group_key(path, root, a->mode);
+	if (s->path == NULL)
+		return 1;
+	a->n++;
+	return 0;
+}
+
+/* The label group of a file. */
+static char *group_key(const char *path, const char *root, enum dlshim_redirect mode)
+{
+	char *group = NULL;
 	/* A label group holds files of one directory (dir) or root (any) and
 	 * one extension: a stray README.txt never stands in for an image, and
 	 * a group's epoch is not held open by files the program never asks
@@ -385,24 +580,63 @@ static int scan_cb(void *ctx, const char *path, const struct stat *st, const cha
 	 * root groups for any and exact jobs): the same file belongs to one
 	 * group of each kind, and a root that is itself a class directory must
 	 * not make the two kinds share a group. */
-	const char *kind = a->mode == DLSHIM_REDIRECT_DIR ? "d:" : "r:";
+	const char *kind = mode == DLSHIM_REDIRECT_DIR ? "d:" : "r:";
 	if (base[0] == '.') {
 		/* A hidden file is a group of its own: never a stand-in, never
 		 * redirected, but still read once per epoch. */
-		if (asprintf(&s->group, "%s%s|hidden", kind, path) < 0)
-			s->group = NULL;
+		if (asprintf(&group, "%s%s|hidden", kind, path) < 0)
+			group = NULL;
 	} else {
 		/* Exact mode groups like any: only for per-group epoch counting. */
-		int dl = a->mode == DLSHIM_REDIRECT_DIR ? (int)(slash ? slash - path : 0) : (int)strlen(root);
-		if (asprintf(&s->group, "%s%.*s|%s", kind, dl, a->mode == DLSHIM_REDIRECT_DIR ? path : root, ext) < 0)
-			s->group = NULL;
-		for (char *q = s->group ? strrchr(s->group, '|') : NULL; q && *q; q++)
+		int dl = mode == DLSHIM_REDIRECT_DIR ? (int)(slash ? slash - path : 0) : (int)strlen(root);
+		if (asprintf(&group, "%s%.*s|%s", kind, dl, mode == DLSHIM_REDIRECT_DIR ? path : root, ext) < 0)
+			group = NULL;
+		for (char *q = group ? strrchr(group, '|') : NULL; q && *q; q++)
 			*q = (char)((*q >= 'A' && *q <= 'Z') ? *q + 32 : *q); /* extensions compare case-blind */
 	}
-	if (s->path == NULL)
-		return 1;
-	a->n++;
-	return 0;
+	return group;
+}
+
+/* A file some peer is home for, under one of the job's roots and absent
+ * here: it joins the job's dataset (and its label group) under its
+ * synthetic identity. */
+static void remote_cb(void *ctx, const char *path, uint64_t size, int64_t mtime_ns)
+{
+	struct scan_acc *a = ctx;
+	size_t pl = strlen(path);
+	const char *root = NULL;
+	char rootbuf[DLSHIM_PATH_MAX];
+	for (const char *r = a->roots; r && *r && root == NULL;) {
+		size_t rl = strcspn(r, ",");
+		while (rl > 1 && r[rl - 1] == '/')
+			rl--;
+		if (rl < sizeof(rootbuf) && rl < pl && memcmp(r, path, rl) == 0 && path[rl] == '/') {
+			memcpy(rootbuf, r, rl);
+			rootbuf[rl] = 0;
+			root = rootbuf;
+		}
+		r += strcspn(r, ",");
+		r += *r == ',';
+	}
+	struct stat st;
+	if (root == NULL || lstat(path, &st) == 0)
+		return;
+	if (a->n == a->cap) {
+		size_t cap = a->cap ? a->cap * 2 : 1024;
+		struct scanned *v = realloc(a->v, cap * sizeof(*v));
+		if (v == NULL)
+			return;
+		a->v = v;
+		a->cap = cap;
+	}
+	struct scanned *s = &a->v[a->n];
+	s->id = (struct dlshim_file_id){PEER_REMOTE_DEV, peer_path_hash(path), size, mtime_ns, 0};
+	s->path = strdup(path);
+	s->group = group_key(path, root, a->mode);
+	if (s->path)
+		a->n++;
+	else
+		free(s->group);
 }
 
 /* Scan (without the lock: other clients keep being served) and declare
@@ -410,8 +644,15 @@ static int scan_cb(void *ctx, const char *path, const struct stat *st, const cha
 static long declare_files(int job, const char *roots, const char *list, enum dlshim_redirect mode,
 			  uint32_t chunk, char *err, size_t errlen)
 {
-	struct scan_acc a = {.mode = mode};
+	struct scan_acc a = {.mode = mode, .roots = roots};
 	long n = dlshim_scan(roots, list, scan_cb, &a, err, errlen);
+	/* Redirect modes: the dataset is the cluster's files under the roots
+	 * (a file list names its own files). */
+	if (n >= 0 && mode != DLSHIM_REDIRECT_OFF && (list == NULL || list[0] == 0) && peer_module_enabled()) {
+		size_t before = a.n;
+		peer_module_remote_files(remote_cb, &a);
+		n += (long)(a.n - before);
+	}
 	pthread_mutex_lock(&D.mu);
 	for (size_t i = 0; i < a.n; i++)
 		dlshim_engine_job_add_file(D.eng, job, &a.v[i].id, a.v[i].path, a.v[i].group);
@@ -501,6 +742,15 @@ static int handle_open_path(struct conn *c, const char *path, long len)
 		dlog(DLSHIM_LOG_WARN, "dropping client: malformed path in OPEN_PATH");
 		return -1;
 	}
+	/* A redirect job's dataset spans the cluster: the engine decides which
+	 * file of the group serves the request, as for a local path. */
+	pthread_mutex_lock(&D.mu);
+	int redirect = D.spec[c->s->job].redirect != DLSHIM_REDIRECT_OFF && dlshim_engine_job_has_dataset(D.eng, c->s->job);
+	pthread_mutex_unlock(&D.mu);
+	struct dlshim_msg_open o = {.dev = PEER_REMOTE_DEV, .ino = peer_path_hash(path)};
+	uint64_t holders;
+	if (redirect && peer_module_lookup(path, &o.size, &o.mtime_ns, &holders) == 0)
+		return handle_open(c, &o, -1, 1);
 	if (peer_module_remote_open(c->s, path, &r, &sfd) == 0) {
 		pthread_mutex_lock(&D.mu);
 		session_add_pin(c->s, r.slot, r.gen);
@@ -591,7 +841,7 @@ void *conn_thread(void *arg)
 		if (h.type == DLSHIM_MSG_HELLO && c->s == NULL && !c->control) {
 			rc = handle_hello(c, (const struct dlshim_msg_hello *)buf);
 		} else if (h.type == DLSHIM_MSG_OPEN && c->s) {
-			rc = handle_open(c, (const struct dlshim_msg_open *)buf, fd);
+			rc = handle_open(c, (const struct dlshim_msg_open *)buf, fd, 0);
 			fd = -1;
 		} else if (h.type == DLSHIM_MSG_OPEN_PATH && c->s) {
 			rc = handle_open_path(c, (const char *)buf, n);

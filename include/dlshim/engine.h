@@ -192,6 +192,14 @@ void dlshim_engine_note_hits(struct dlshim_engine *e, int job, uint64_t n);
 /* Account a routed open that the client served without the cache. */
 void dlshim_engine_note_pass(struct dlshim_engine *e, int job, uint64_t bytes);
 
+/* Upcoming files of job `j` for a remote prefetch (multi-node): start
+ * loading up to `max` absent members of `req`'s label group that the job
+ * has not read this group epoch and that `want` accepts; each gets a slot
+ * pinned for the loader (finish each with load_done, as for LOAD_CHUNK).
+ * Redirect modes only; at most an eighth of the cache. Returns the count. */
+uint32_t dlshim_engine_group_absent(struct dlshim_engine *e, int j, uint32_t req, int (*want)(void *ctx, uint32_t item),
+				    void *ctx, uint32_t *items, uint32_t *slots, uint32_t max);
+
 /* Read-only state for stats and tests. */
 void dlshim_engine_job_stats(struct dlshim_engine *e, int job, struct dlshim_job_stats *out);
 void dlshim_engine_cache_stats(struct dlshim_engine *e, struct dlshim_cache_stats *out);

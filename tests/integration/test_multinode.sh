@@ -6,7 +6,12 @@
 # remote request counters must match the files each node does not hold.
 # Then one node is killed while the others read again: they must finish
 # with correct bytes for everything not homed on the dead node, and report
-# that node as unreachable. Fails (never skips) without namespaces.
+# that node as unreachable. Then, with fresh coordinators, a PyTorch job on
+# each node reads the cluster's dataset in DLSHIM_REDIRECT=dir, with
+# prefetch off and on: each job must receive every file exactly once, each
+# from the class directory it asked for, byte for byte; prefetch must cut
+# the remote requests (the coordinators' counters) and score hits.
+# Fails (never skips) without namespaces.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -84,17 +89,18 @@ TOTAL=$(wc -l <"$T/manifest")
 on_node() {
 	local i=$1
 	shift
-	exec env DLSHIM_RUNTIME_DIR="$T/run$i" DLSHIM_ROOTS="$ROOT" DLSHIM_PEERS="$PEERS" DLSHIM_NODE=$i \
-		DLSHIM_CACHE=3M DLSHIM_LOG=info DLSHIM_IDLE_EXIT=300 UCX_TLS=tcp \
+	exec env DLSHIM_RUNTIME_DIR="$T/$RUNP$i" DLSHIM_ROOTS="$ROOT" DLSHIM_PEERS="$PEERS" DLSHIM_NODE=$i \
+		DLSHIM_CACHE=${CACHE:-3M} DLSHIM_LOG=info DLSHIM_IDLE_EXIT=300 UCX_TLS=tcp DLSHIM_PREFETCH=${PREFETCH:-8} \
 		ip netns exec "dlsn${i}_$TAG" unshare -m --propagation private \
 		sh -c 'mount --bind "$0" "$1" && shift && exec "$@"' "$T/parts/node$i" "$ROOT" "$@"
 }
+RUNP=run
 start_node() {
-	mkdir -p -m 700 "$T/run$1"
-	on_node "$1" "$B/dlshimd" --foreground >"$T/daemon$1.out" 2>&1 &
+	mkdir -p -m 700 "$T/$RUNP$1"
+	on_node "$1" "$B/dlshimd" --foreground >"$T/daemon$RUNP$1.out" 2>&1 &
 	echo $! >"$T/pid$1"
 }
-stats() { DLSHIM_RUNTIME_DIR="$T/run$1" "$B/dlshim" stats --json 2>/dev/null; }
+stats() { DLSHIM_RUNTIME_DIR="$T/$RUNP$1" "$B/dlshim" stats --json 2>/dev/null; }
 # peers_up I K: node I sees K peers up with their file lists
 peers_up() {
 	stats "$1" | $PY -c '
@@ -110,6 +116,8 @@ wait_for() { # seconds, command...
 	return 1
 }
 
+# MN_ONLY=redirect runs only phase 3 (for development).
+if [ "${MN_ONLY:-all}" = all ]; then
 # ---- a bad DLSHIM_NODE: a clear error, and the node serves local data ----
 mkdir -p "$T/solo" && head -c 50000 /dev/urandom >"$T/solo/f.bin" && mkdir -p -m 700 "$T/runbad"
 env DLSHIM_RUNTIME_DIR="$T/runbad" DLSHIM_ROOTS="$T/solo" DLSHIM_PEERS=127.0.0.1:24990,127.0.0.1:24991 \
@@ -151,6 +159,9 @@ grep -q "libucp" "/proc/$(cat "$T/pid0")/maps" || fail "node 0 runs multi-node w
 DLSHIM_RUNTIME_DIR="$T/run0" "$B/dlshim" status >"$T/status0" || fail "dlshim status failed"
 cat "$T/status0"
 grep -q "node 2 .*unreachable" "$T/status0" || fail "status does not show node 2 as unreachable"
+grep -q "node 1 .*up, 42 files, transport tcp" "$T/status0" || fail "status does not show the transport UCX chose"
+grep -q "RDMA devices: " "$T/status0" || fail "status does not list the RDMA devices"
+grep -q "prefetch: up to 8 files per request" "$T/status0" || fail "status does not show the prefetch setting"
 grep -q "is unreachable" "$T/run0/dlshimd.log" || fail "the log does not report the unreachable node"
 start_node 2
 for i in 0 1 2; do
@@ -221,4 +232,132 @@ PYEOF
 wait_for 10 sh -c "DLSHIM_RUNTIME_DIR=$T/run0 $B/dlshim status | grep -q 'node 2 .*unreachable'" ||
 	fail "status does not show the dead node as unreachable"
 grep -q "node 2 (.*) is unreachable" "$T/run0/dlshimd.log" || fail "the log does not name the dead node"
+for i in 0 1; do kill -9 "$(cat "$T/pid$i")" 2>/dev/null || true; done
+
+fi
+
+# ---- phase 3: redirect across nodes, prefetch off then on ----
+# Fresh coordinators (empty caches) on new ports for each run.
+redirect_run() { # name prefetch port-base [mode]
+	local mode=${4:-dir}
+	RUNP=$1 PREFETCH=$2 PEERS=
+	for i in 0 1 2; do PEERS+="${PEERS:+,}10.231.7.$((i + 1)):$(($3 + i))"; done
+	for i in 0 1 2; do start_node $i; done
+	for i in 0 1 2; do
+		wait_for 15 peers_up $i 2 || { cat "$T/$RUNP"*/dlshimd.log; fail "$1: node $i does not see both peers"; }
+	done
+	for i in 0 1 2; do
+		on_node $i env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=$mode \
+			$PY "$HERE/mn_torch_job.py" "$ROOT" "$T/manifest" "$T/out_$1_$i.json" 2 >"$T/job_$1_$i.out" 2>&1 &
+	done
+	for i in 0 1 2; do
+		for _ in $(seq 1200); do [ -s "$T/out_$1_$i.json" ] && break; sleep 0.1; done
+		[ -s "$T/out_$1_$i.json" ] || { cat "$T/job_$1_$i.out"; fail "$1: the job on node $i did not finish"; }
+	done
+	sleep 0.3
+	$PY - "$T" "$1" "$mode" <<'PYEOF' || fail "$1: wrong bytes, permutation or label groups"
+import collections, json, os, subprocess, sys
+t, name, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+man = [l.split() for l in open(f"{t}/manifest")]
+by_class = collections.defaultdict(dict)   # label group -> sha -> file
+group = (lambda rel: rel.split("/")[0]) if mode == "dir" else (lambda rel: "root")
+for rel, sha, size, home in man:
+    by_class[group(rel)][sha] = rel
+bad = 0
+tot = {"requests": 0, "hits": 0, "received": 0}
+for i in range(3):
+    got = json.load(open(f"{t}/out_{name}_{i}.json"))
+    served = collections.Counter()
+    for rel, sha in got:
+        cls = group(rel)
+        f = by_class[cls].get(sha)
+        if f is None:   # wrong bytes, or a file of another class
+            print(f"node {i}: asked {rel}, got bytes that are no file of {cls}: {sha}")
+            bad = 1
+        else:
+            served[f] += 1
+    # A permutation: the multiset of contents received is the dataset's
+    # (files with equal bytes, such as the empty ones, cannot be told apart).
+    want = collections.Counter(sha for rel, sha, size, home in man)
+    have = collections.Counter(sha for rel, sha in got)
+    if have != want:
+        missing = [by_class[group(rel)].get(sha, rel) for rel, sha, *_ in man if have[sha] < want[sha]]
+        twice = [sha[:12] for sha in have if have[sha] > want[sha]]
+        print(f"node {i}: {len(got)} samples; not served {missing[:5]}; served too often {twice[:5]}")
+        bad = 1
+    st = json.loads(subprocess.run(["env", f"DLSHIM_RUNTIME_DIR={t}/{name}{i}", os.environ["B"] + "/dlshim", "stats",
+                                    "--json"], capture_output=True, text=True).stdout)["peers"]
+    r, p = st["remote"], st["prefetch"]
+    redirected = sum(1 for rel, sha in got if by_class[group(rel)].get(sha) != rel)
+    print(f"{name} node {i}: {len(got)} samples, a permutation of the {len(man)} files, {'classes' if mode == 'dir' else 'root group'} kept, "
+          f"{redirected} redirected; remote requests {r['requests']} (failed {r['failures']}), "
+          f"prefetch received {p['received']} hits {p['hits']}; served to peers {st['served']}")
+    if r["failures"]:
+        bad = 1
+    tot["requests"] += r["requests"]
+    tot["hits"] += p["hits"]
+    tot["received"] += p["received"]
+json.dump(tot, open(f"{t}/counts_{name}", "w"))
+sys.exit(bad)
+PYEOF
+	for i in 0 1 2; do kill -9 "$(cat "$T/pid$i")" 2>/dev/null || true; done
+}
+# A cache that holds the dataset: the prefetch effect is measured, not eviction.
+CACHE=${MN_REDIRECT_CACHE:-16M}
+redirect_run rdoff 0 24100
+redirect_run rdon 8 24200
+# any: one label group per root (and extension) across the cluster.
+redirect_run rdany 8 24400 any
+
+# ---- phase 4: redirect, node 2 dies mid-epoch ----
+# Jobs on nodes 0 and 1 must finish; every sample is the exact bytes of a
+# file of the class asked for, or an error for a path only node 2 could
+# serve (its files are gone, as in exact mode).
+RUNP=rdkill PREFETCH=8 PEERS=
+for i in 0 1 2; do PEERS+="${PEERS:+,}10.231.7.$((i + 1)):$((24300 + i))"; done
+for i in 0 1 2; do start_node $i; done
+for i in 0 1 2; do wait_for 15 peers_up $i 2 || fail "rdkill: node $i does not see both peers"; done
+for i in 0 1; do
+	on_node $i env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=dir \
+		$PY "$HERE/mn_torch_job.py" "$ROOT" "$T/manifest" "$T/out_rdkill_$i.json" 2 0.02 >"$T/job_rdkill_$i.out" 2>&1 &
+done
+sleep 0.8
+kill -9 "$(cat "$T/pid2")"
+for i in 0 1; do
+	for _ in $(seq 1200); do [ -s "$T/out_rdkill_$i.json" ] && break; sleep 0.1; done
+	[ -s "$T/out_rdkill_$i.json" ] || { cat "$T/job_rdkill_$i.out"; fail "rdkill: the job on node $i did not finish"; }
+done
+$PY - "$T" <<'PYEOF' || fail "rdkill: wrong bytes or classes after node 2 died"
+import collections, json, sys
+t = sys.argv[1]
+man = [l.split() for l in open(f"{t}/manifest")]
+by_class = collections.defaultdict(dict)
+for rel, sha, size, home in man:
+    by_class[rel.split("/")[0]][sha] = rel
+bad = 0
+for i in range(2):
+    got = json.load(open(f"{t}/out_rdkill_{i}.json"))
+    ok = err = 0
+    for rel, sha in got:
+        if sha.startswith("ERR:"):
+            err += 1
+        elif by_class[rel.split("/")[0]].get(sha):
+            ok += 1
+        else:
+            print(f"node {i}: asked {rel}, got bytes of no file of its class")
+            bad = 1
+    print(f"rdkill node {i}: {len(got)} samples, {ok} exact files of the class asked for, {err} errors (node 2 died)")
+    bad |= len(got) != len(man) or ok == 0
+sys.exit(bad)
+PYEOF
+for i in 0 1; do kill -9 "$(cat "$T/pid$i")" 2>/dev/null || true; done
+
+$PY - "$T" <<'PYEOF' || fail "prefetch did not cut the remote requests"
+import json, sys
+off = json.load(open(f"{sys.argv[1]}/counts_rdoff"))
+on = json.load(open(f"{sys.argv[1]}/counts_rdon"))
+print(f"remote requests: prefetch off {off['requests']}, on {on['requests']} "
+      f"({off['requests'] / max(on['requests'], 1):.1f}x fewer); prefetch hits {on['hits']} of {on['received']} received")
+sys.exit(0 if on["requests"] < off["requests"] and on["hits"] > 0 and off["hits"] == 0 else 1)
+PYEOF
 echo "multinode: PASS"

@@ -1612,6 +1612,82 @@ static void test_partial_chunk_loads_handed_over(void **state)
 	rig_free(r);
 }
 
+/* Remote prefetch candidates (dlshim_engine_group_absent): only absent,
+ * unread members of the request's group that the filter accepts, never the
+ * request itself, at most `max`; each gets a slot and is then served by
+ * the group's next requests without a new load. */
+static int even_ino(void *ctx, uint32_t item)
+{
+	struct dlshim_engine *e = ctx;
+	struct dlshim_file_id id;
+	return dlshim_engine_item_id(e, item, &id) == 0 && id.ino % 2 == 0;
+}
+
+static void test_group_absent_for_prefetch(void **state)
+{
+	(void)state;
+	size_t len = 4u << 20;
+	void *mem = aligned_alloc(4096, len);
+	assert_non_null(mem);
+	struct dlshim_engine_opts o = {.shm_base = mem, .shm_len = len, .evict = DLSHIM_EVICT_REFCNT, .seed = 1};
+	struct dlshim_engine *e = dlshim_engine_create(&o);
+	assert_non_null(e);
+	int j = dlshim_engine_job_attach(e, "dir");
+	struct dlshim_file_id ids[16];
+	char path[64], key[64];
+	for (int i = 0; i < 16; i++) {
+		ids[i] = (struct dlshim_file_id){7, 100 + (uint64_t)i, 1000, 5, 0};
+		snprintf(path, sizeof(path), "/r/c%d/f%d.jpg", i % 2, i);
+		snprintf(key, sizeof(key), "d:/r/c%d|.jpg", i % 2);
+		dlshim_engine_job_add_file(e, j, &ids[i], path, key);
+	}
+	dlshim_engine_job_dataset_done(e, j, DLSHIM_REDIRECT_DIR, 16);
+	uint32_t req = dlshim_engine_find_item(e, 7, 100); /* group c0: inodes 100, 102, ..., 114 */
+	uint32_t items[16], slots[16];
+	/* An unknown request gets nothing. */
+	assert_int_equal(dlshim_engine_group_absent(e, j, 9999, even_ino, e, items, slots, 16), 0);
+	uint32_t n = dlshim_engine_group_absent(e, j, req, even_ino, e, items, slots, 3);
+	assert_int_equal(n, 3);
+	for (uint32_t k = 0; k < n; k++) {
+		struct dlshim_file_id id;
+		assert_int_equal(dlshim_engine_item_id(e, items[k], &id), 0);
+		assert_true(items[k] != req);
+		assert_int_equal(id.ino % 2, 0); /* same group (c0) and accepted by the filter */
+		for (uint32_t m = 0; m < k; m++)
+			assert_true(items[m] != items[k]);
+		uint64_t g = dlshim_engine_load_done(e, j, items[k], 1);
+		assert_true(g != 0);
+		dlshim_engine_release(e, j, slots[k], g, 0, 0);
+	}
+	/* The rest of the group: 8 members - request - 3 taken = 4 absent. */
+	n = dlshim_engine_group_absent(e, j, req, even_ino, e, items + 3, slots + 3, 16);
+	assert_int_equal(n, 4);
+	for (uint32_t k = 3; k < 7; k++)
+		assert_int_equal(dlshim_engine_load_done(e, j, items[k], 0), 0); /* given back unloaded */
+	/* The three resident ones serve the group's next requests with no load. */
+	for (int k = 0; k < 3; k++) {
+		struct dlshim_open_result res;
+		dlshim_engine_open(e, j, &ids[2 + 2 * k], 0, &res);
+		assert_int_equal(res.kind, DLSHIM_OPEN_HIT); /* resident: no load needed to serve */
+		int found = 0;
+		for (int m = 0; m < 3; m++)
+			found |= res.item == items[m];
+		assert_true(found);
+		for (uint32_t m = 0; m < res.nload; m++) /* load-ahead of the rest: give it back */
+			dlshim_engine_load_done(e, j, res.load_item[m], 0);
+		dlshim_engine_release(e, j, res.slot, res.gen, 1000, 0);
+	}
+	/* Read ones are never candidates again this epoch. */
+	n = dlshim_engine_group_absent(e, j, req, even_ino, e, items, slots, 16);
+	for (uint32_t k = 0; k < n; k++) {
+		dlshim_engine_load_done(e, j, items[k], 0);
+	}
+	assert_int_equal(n, 4);
+	dlshim_engine_job_detach(e, j);
+	dlshim_engine_destroy(e);
+	free(mem);
+}
+
 /* A file belongs to one group of each kind: an exact (root-grouped) job that
  * declared the files first must not make a dir job redirect across
  * directories (found by the coordinator's TSan integration run). */
@@ -1700,6 +1776,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_io_efficiency, teardown),
 		cmocka_unit_test_teardown(test_partial_chunk_loads_handed_over, teardown),
 		cmocka_unit_test_teardown(test_order_report, teardown),
+		cmocka_unit_test(test_group_absent_for_prefetch),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,14 +48,10 @@ struct node {
 struct fetch {
 	uint64_t req;
 	int node;
-	const char *path;
-	uint64_t size;
-	int64_t mtime_ns;
-	const struct iovec *iov;
-	int niov;
+	struct peer_item *it;   /* it[0] on demand, then the candidates sent */
+	int n;
 	int outstanding, issued, replied, done, rc;
-	uint32_t home_slot;
-	uint64_t home_gen;
+	uint64_t bytes;         /* of the files whose gets were issued */
 	time_t deadline;
 	char why[512];
 	struct fetch *next;
@@ -91,6 +87,10 @@ static struct {
 	struct sendop *sendq;
 	uint64_t next_req;
 	uint64_t remote_requests, remote_ok, remote_bytes, remote_failures, remote_local_hits;
+	uint64_t prefetch_asked, prefetched, prefetch_hits;
+	int prefetch_k;
+	unsigned char *pf_items; /* engine item -> 1: arrived by prefetch, not served yet */
+	size_t pf_cap;
 } P = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .efd = -1, .wake_fd = -1};
 
 int peer_enabled(void) { return P.on; }
@@ -328,6 +328,15 @@ static void describe_transport(struct node *nd)
 
 /* ---- fetches (requester side) ---- */
 
+static void send_done(int node, uint64_t req)
+{
+	struct peer_done *d = malloc(sizeof(*d));
+	if (d) {
+		*d = (struct peer_done){(uint32_t)P.self, 0, req, 0};
+		send_am(node, PEER_AM_DONE, d, sizeof(*d));
+	}
+}
+
 static void fetch_complete(struct fetch *f, int rc)
 {
 	struct fetch **pp = &P.inflight;
@@ -336,18 +345,15 @@ static void fetch_complete(struct fetch *f, int rc)
 	if (*pp)
 		*pp = f->next;
 	struct node *nd = &P.nodes[f->node];
-	if (f->replied) {
-		/* Unpin on the home whether or not the gets worked. */
-		struct peer_done *d = malloc(sizeof(*d));
-		if (d) {
-			*d = (struct peer_done){(uint32_t)P.self, f->home_slot, f->req, f->home_gen};
-			send_am(f->node, PEER_AM_DONE, d, sizeof(*d));
-		}
-	}
+	if (f->replied)
+		send_done(f->node, f->req); /* unpin on the home whether or not the gets worked */
 	pthread_mutex_lock(&P.mu);
 	if (rc == 0) {
 		nd->fetches++;
-		nd->bytes += f->size;
+		nd->bytes += f->bytes;
+	} else {
+		for (int k = 0; k < f->n; k++)
+			f->it[k].got = 0;
 	}
 	f->rc = rc;
 	f->done = 1;
@@ -376,52 +382,49 @@ static void get_cb(void *request, ucs_status_t status, void *user_data)
 		fetch_complete(f, f->rc);
 }
 
-/* The home's FETCH_R: read the runs of its slot into our slot's iovecs. */
-static void fetch_reply(struct fetch *f, const struct peer_fetch_r *h, const struct peer_run *runs)
+/* One record of the home's FETCH_R: read the runs of its slot into our
+ * slot's iovecs. Returns -1 (f->why set) when the whole fetch must fail;
+ * a candidate that does not match is only skipped. */
+static int fetch_record(struct fetch *f, const struct peer_fetch_r *h, const struct peer_run *runs)
 {
 	struct node *nd = &P.nodes[f->node];
-	f->replied = 1;
-	f->home_slot = h->slot;
-	f->home_gen = h->gen;
+	struct peer_item *it = &f->it[h->index];
 	if (h->status != 0) {
-		char d[300];
-		snprintf(d, sizeof(d), "node %d (%s) cannot serve it: %s", f->node, nd->a.name, strerror(h->status));
-		f->replied = 0;
-		fetch_fail(f, "%s", d);
-		return;
+		snprintf(f->why, sizeof(f->why), "node %d (%s) cannot serve it: %s", f->node, nd->a.name,
+			 strerror(h->status));
+		return -1;
 	}
-	if (h->size != f->size || h->mtime_ns != f->mtime_ns) {
-		fetch_fail(f, "%s", "the file changed on its home node since the file lists were exchanged");
-		return;
+	if (h->size != it->size || h->mtime_ns != it->mtime_ns) {
+		if (h->index > 0)
+			return 0; /* a changed candidate: not taken */
+		snprintf(f->why, sizeof(f->why), "%s", "the file changed on its home node since the file lists were exchanged");
+		return -1;
 	}
 	if (nd->rkey == NULL && ucp_ep_rkey_unpack(nd->ep, nd->rkey_buf, &nd->rkey) != UCS_OK) {
 		nd->rkey = NULL;
-		fetch_fail(f, "cannot unpack the memory key of node %s", nd->a.name);
-		return;
+		snprintf(f->why, sizeof(f->why), "cannot unpack the memory key of node %s", nd->a.name);
+		return -1;
 	}
 	uint64_t bs = nd->block_size, off = 0, ro = 0, io = 0;
 	uint32_t r = 0;
 	int i = 0;
-	while (off < f->size) {
-		if (r >= h->nruns || i >= f->niov) {
-			/* Gets already issued finish the fetch from their callbacks. */
-			f->issued = 1;
-			fetch_fail(f, "%s", "the home's block list does not cover the file");
-			return;
+	while (off < it->size) {
+		if (r >= h->nruns || i >= it->niov) {
+			snprintf(f->why, sizeof(f->why), "%s", "the home's block list does not cover the file");
+			return -1;
 		}
-		uint64_t rlen = (uint64_t)runs[r].count * bs - ro, llen = f->iov[i].iov_len - io;
-		uint64_t n = f->size - off;
+		uint64_t rlen = (uint64_t)runs[r].count * bs - ro, llen = it->iov[i].iov_len - io;
+		uint64_t n = it->size - off;
 		n = n < rlen ? n : rlen;
 		n = n < llen ? n : llen;
 		uint64_t raddr = nd->base + nd->data_off + (uint64_t)runs[r].first * bs + ro;
 		ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
 					   .cb.send = get_cb,
 					   .user_data = f};
-		ucs_status_ptr_t q = ucp_get_nbx(nd->ep, (char *)f->iov[i].iov_base + io, n, raddr, nd->rkey, &prm);
+		ucs_status_ptr_t q = ucp_get_nbx(nd->ep, (char *)it->iov[i].iov_base + io, n, raddr, nd->rkey, &prm);
 		if (UCS_PTR_IS_ERR(q)) {
-			f->issued = 1; /* before fetch_fail: it may complete (and release) f */
-			fetch_fail(f, "RMA read failed: %s", ucs_status_string(UCS_PTR_STATUS(q)));
-			return;
+			snprintf(f->why, sizeof(f->why), "RMA read failed: %s", ucs_status_string(UCS_PTR_STATUS(q)));
+			return -1;
 		}
 		if (q)
 			f->outstanding++;
@@ -432,14 +435,14 @@ static void fetch_reply(struct fetch *f, const struct peer_fetch_r *h, const str
 			r++;
 			ro = 0;
 		}
-		if (io == f->iov[i].iov_len) {
+		if (io == it->iov[i].iov_len) {
 			i++;
 			io = 0;
 		}
 	}
-	f->issued = 1;
-	if (f->outstanding == 0)
-		fetch_complete(f, f->rc);
+	it->got = 1; /* undone by fetch_complete if any get fails */
+	f->bytes += it->size;
+	return 0;
 }
 
 static struct fetch *find_fetch(int node, uint64_t req)
@@ -493,16 +496,28 @@ static void on_hello(const void *data, size_t len)
 static void on_fetch(const void *data, size_t len)
 {
 	struct peer_fetch h;
+	const char *paths[1 + PEER_PREFETCH_MAX];
 	if (len < sizeof(h) + 2)
 		return;
 	memcpy(&h, data, sizeof(h));
-	const char *path = (const char *)data + sizeof(h);
-	if (h.node >= (uint32_t)P.n || (int)h.node == P.self || path[len - sizeof(h) - 1] != 0 ||
-	    strlen(path) != len - sizeof(h) - 1) {
+	const char *p = (const char *)data + sizeof(h), *end = (const char *)data + len;
+	uint32_t n = 0;
+	int bad = h.node >= (uint32_t)P.n || (int)h.node == P.self || h.ncand > PEER_PREFETCH_MAX;
+	/* Exactly 1 + ncand non-empty NUL-terminated paths fill the message. */
+	while (!bad && p < end) {
+		const char *z = memchr(p, 0, (size_t)(end - p));
+		if (z == NULL || z == p || n == 1 + h.ncand) {
+			bad = 1;
+			break;
+		}
+		paths[n++] = p;
+		p = z + 1;
+	}
+	if (bad || n != 1 + h.ncand) {
 		dlog(DLSHIM_LOG_WARN, "peers: malformed FETCH dropped");
 		return;
 	}
-	peer_home_request((int)h.node, h.req, path);
+	peer_home_request((int)h.node, h.req, paths, (int)n);
 }
 
 static void on_fetch_r(const void *data, size_t len)
@@ -511,38 +526,65 @@ static void on_fetch_r(const void *data, size_t len)
 	if (len < sizeof(h))
 		return;
 	memcpy(&h, data, sizeof(h));
-	if (h.node >= (uint32_t)P.n || (len - sizeof(h)) / sizeof(struct peer_run) < h.nruns ||
-	    len - sizeof(h) != (size_t)h.nruns * sizeof(struct peer_run)) {
-		dlog(DLSHIM_LOG_WARN, "peers: malformed FETCH_R dropped");
+	if (h.node >= (uint32_t)P.n || (int)h.node == P.self)
 		return;
-	}
 	struct fetch *f = find_fetch((int)h.node, h.req);
 	if (f == NULL || f->replied) {
-		if (h.status == 0) {
-			/* Too late (timed out): let the home unpin. */
-			struct peer_done *d = malloc(sizeof(*d));
-			if (d) {
-				*d = (struct peer_done){(uint32_t)P.self, h.slot, h.req, h.gen};
-				send_am((int)h.node, PEER_AM_DONE, d, sizeof(*d));
-			}
-		}
+		if (h.status == 0)
+			send_done((int)h.node, h.req); /* too late (timed out): let the home unpin */
 		return;
 	}
-	struct peer_run *runs = malloc(h.nruns ? h.nruns * sizeof(*runs) : 1);
-	if (runs == NULL) {
-		fetch_fail(f, "%s", "out of memory");
-		return;
-	}
-	memcpy(runs, (const char *)data + sizeof(h), h.nruns * sizeof(*runs));
 	struct node *nd = &P.nodes[h.node];
-	int bad = 0;
-	for (uint32_t k = 0; k < h.nruns; k++)
-		bad |= runs[k].count == 0 || (uint64_t)runs[k].first + runs[k].count > nd->nblocks;
-	if (bad && h.status == 0)
-		fetch_fail(f, "%s", "the home sent block runs outside its segment");
-	else
-		fetch_reply(f, &h, runs);
-	free(runs);
+	f->replied = 1;
+	const char *p = data, *end = (const char *)data + len;
+	uint64_t seen = 0;
+	int first = 1, rc = 0;
+	/* Validate every record before its gets: header in bounds, runs in
+	 * bounds and inside the home's segment, each index once, index 0 first. */
+	while (rc == 0 && p < end) {
+		if ((size_t)(end - p) < sizeof(h)) {
+			rc = -1;
+			break;
+		}
+		memcpy(&h, p, sizeof(h));
+		p += sizeof(h);
+		if (h.req != f->req || (int)h.node != f->node || h.index >= (uint32_t)f->n || (first && h.index != 0) ||
+		    (!first && h.index == 0) || (seen >> h.index & 1) || (size_t)(end - p) / sizeof(struct peer_run) < h.nruns) {
+			rc = -1;
+			break;
+		}
+		seen |= 1ULL << h.index;
+		struct peer_run *runs = malloc(h.nruns ? h.nruns * sizeof(*runs) : 1);
+		if (runs == NULL) {
+			snprintf(f->why, sizeof(f->why), "%s", "out of memory");
+			rc = -2;
+			break;
+		}
+		memcpy(runs, p, h.nruns * sizeof(*runs));
+		p += h.nruns * sizeof(*runs);
+		int bad = 0;
+		for (uint32_t k = 0; k < h.nruns; k++)
+			bad |= runs[k].count == 0 || (uint64_t)runs[k].first + runs[k].count > nd->nblocks;
+		if (bad && h.status == 0) {
+			snprintf(f->why, sizeof(f->why), "%s", "the home sent block runs outside its segment");
+			rc = -2;
+		} else if (fetch_record(f, &h, runs) < 0) {
+			if (first && h.status != 0)
+				f->replied = 0; /* nothing pinned there */
+			rc = -2;
+		}
+		free(runs);
+		first = 0;
+	}
+	if (rc == -1) {
+		dlog(DLSHIM_LOG_WARN, "peers: malformed FETCH_R from node %d dropped", f->node);
+		snprintf(f->why, sizeof(f->why), "node %d (%s) sent a malformed reply", f->node, nd->a.name);
+	}
+	if (rc < 0)
+		f->rc = -1;
+	f->issued = 1;
+	if (f->outstanding == 0)
+		fetch_complete(f, f->rc);
 }
 
 static void on_done(const void *data, size_t len)
@@ -716,7 +758,9 @@ static void drain_queues(void)
 		struct node *nd = &P.nodes[f->node];
 		f->next = P.inflight;
 		P.inflight = f;
-		size_t pl = strlen(f->path) + 1;
+		size_t pl = 0;
+		for (int k = 0; k < f->n; k++)
+			pl += strlen(f->it[k].path) + 1;
 		char *m = malloc(sizeof(struct peer_fetch) + pl);
 		if (nd->state != NODE_UP || m == NULL) {
 			free(m);
@@ -725,9 +769,13 @@ static void drain_queues(void)
 			fetch_fail(f, "%s", d);
 			continue;
 		}
-		struct peer_fetch h = {(uint32_t)P.self, 0, f->req};
+		struct peer_fetch h = {(uint32_t)P.self, (uint32_t)f->n - 1, f->req};
 		memcpy(m, &h, sizeof(h));
-		memcpy(m + sizeof(h), f->path, pl);
+		for (size_t k = 0, o = sizeof(h); k < (size_t)f->n; k++) {
+			size_t l = strlen(f->it[k].path) + 1;
+			memcpy(m + o, f->it[k].path, l);
+			o += l;
+		}
 		f->deadline = time(NULL) + FETCH_TIMEOUT_S;
 		if (send_am(f->node, PEER_AM_FETCH, m, sizeof(h) + pl) < 0)
 			fetch_fail(f, "cannot send the request to %s", nd->a.name);
@@ -835,6 +883,18 @@ int peer_start(void)
 	P.n = n;
 	for (int i = 0; i < n; i++)
 		P.nodes[i].a = addrs[i];
+	P.prefetch_k = 8;
+	const char *pf = getenv("DLSHIM_PREFETCH");
+	if (pf && *pf) {
+		char *e;
+		long k = strtol(pf, &e, 10);
+		if (*e || k < 0 || k > PEER_PREFETCH_MAX) {
+			dlog(DLSHIM_LOG_ERROR, "peers: DLSHIM_PREFETCH=%s is not a number of files from 0 (off) to %d; "
+					       "prefetch is off", pf, PEER_PREFETCH_MAX);
+			k = 0;
+		}
+		P.prefetch_k = (int)k;
+	}
 	if (getrandom(&P.incarnation, sizeof(P.incarnation), 0) != sizeof(P.incarnation))
 		P.incarnation = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	P.incarnation |= 1;
@@ -869,18 +929,65 @@ int peer_start(void)
 
 /* ---- requests from server threads ---- */
 
-int peer_fetch(const char *path, uint64_t size, int64_t mtime_ns, uint64_t holders, const struct iovec *iov,
-	       int niov, char *why, size_t whylen)
+int peer_prefetch_k(void) { return P.prefetch_k; }
+
+/* Remember which items arrived by prefetch, for the hit count. */
+static void mark_prefetched(uint32_t item, int on)
+{
+	pthread_mutex_lock(&P.mu);
+	if (item >= P.pf_cap && on) {
+		size_t cap = P.pf_cap ? P.pf_cap : 4096;
+		while (cap <= item)
+			cap *= 2;
+		unsigned char *v = realloc(P.pf_items, cap);
+		if (v) {
+			memset(v + P.pf_cap, 0, cap - P.pf_cap);
+			P.pf_items = v;
+			P.pf_cap = cap;
+		}
+	}
+	if (item < P.pf_cap)
+		P.pf_items[item] = (unsigned char)on;
+	pthread_mutex_unlock(&P.mu);
+}
+
+void peer_note_served(uint32_t item)
+{
+	pthread_mutex_lock(&P.mu);
+	if (item < P.pf_cap && P.pf_items[item]) {
+		P.pf_items[item] = 0;
+		P.prefetch_hits++;
+	}
+	pthread_mutex_unlock(&P.mu);
+}
+
+int peer_fetch_items(struct peer_item *it, int n, char *why, size_t whylen)
 {
 	why[0] = 0;
+	for (int k = 0; k < n; k++)
+		it[k].got = 0;
 	if (!P.on) {
 		snprintf(why, whylen, "multi-node caching is off");
+		return -1;
+	}
+	uint64_t size, holders;
+	int64_t mtime;
+	if (peer_catalog_find(it[0].path, &size, &mtime, &holders) < 0) {
+		snprintf(why, whylen, "no node holds it");
 		return -1;
 	}
 	/* Spread requests for replicated files over their holders. */
 	static _Atomic unsigned rot;
 	unsigned start = rot++;
 	int tried = 0;
+	struct peer_item *send = malloc((size_t)(1 + PEER_PREFETCH_MAX) * sizeof(*send));
+	int *from = malloc((size_t)(1 + PEER_PREFETCH_MAX) * sizeof(*from));
+	if (send == NULL || from == NULL) {
+		free(send);
+		free(from);
+		snprintf(why, whylen, "out of memory");
+		return -1;
+	}
 	for (int k = 0; k < P.n; k++) {
 		int i = (int)((start + (unsigned)k) % (unsigned)P.n);
 		if (i == P.self || !(holders & (1ULL << i)))
@@ -893,7 +1000,19 @@ int peer_fetch(const char *path, uint64_t size, int64_t mtime_ns, uint64_t holde
 		pthread_mutex_unlock(&P.mu);
 		if (!up)
 			continue;
-		struct fetch f = {.node = i, .path = path, .size = size, .mtime_ns = mtime_ns, .iov = iov, .niov = niov};
+		/* The candidates this node holds, at most DLSHIM_PREFETCH. */
+		int m = 1;
+		send[0] = it[0];
+		from[0] = 0;
+		for (int c = 1; c < n && m <= P.prefetch_k && m <= PEER_PREFETCH_MAX; c++) {
+			uint64_t cs, ch;
+			int64_t cm;
+			if (peer_catalog_find(it[c].path, &cs, &cm, &ch) == 0 && (ch & (1ULL << i)) && cs == it[c].size) {
+				from[m] = c;
+				send[m++] = it[c];
+			}
+		}
+		struct fetch f = {.node = i, .it = send, .n = m};
 		pthread_mutex_lock(&P.mu);
 		f.req = P.next_req++;
 		f.next = P.newq;
@@ -903,11 +1022,35 @@ int peer_fetch(const char *path, uint64_t size, int64_t mtime_ns, uint64_t holde
 		pthread_mutex_lock(&P.mu);
 		while (!f.done)
 			pthread_cond_wait(&P.cv, &P.mu);
+		P.remote_requests++;
+		P.prefetch_asked += (uint64_t)(m - 1);
+		if (f.rc == 0) {
+			P.remote_ok++;
+			P.remote_bytes += f.bytes;
+			for (int c = 1; c < m; c++)
+				P.prefetched += send[c].got != 0;
+		} else {
+			P.remote_failures++;
+		}
 		pthread_mutex_unlock(&P.mu);
-		if (f.rc == 0)
+		if (f.rc == 0) {
+			for (int c = 0; c < m; c++) {
+				it[from[c]].got = send[c].got;
+				mark_prefetched(send[c].item, c > 0 && send[c].got);
+			}
+			free(send);
+			free(from);
 			return 0;
+		}
 		tried = 1;
 		snprintf(why, whylen, "%s", f.why);
+	}
+	free(send);
+	free(from);
+	if (!tried) {
+		pthread_mutex_lock(&P.mu);
+		P.remote_failures++; /* no holder was up: nothing was sent */
+		pthread_mutex_unlock(&P.mu);
 	}
 	if (why[0] == 0)
 		snprintf(why, whylen, "no node holds it");
@@ -952,10 +1095,12 @@ size_t peer_json(char *buf, size_t cap)
 	}
 	pthread_mutex_lock(&P.mu);
 	PUT("{\"enabled\":true,\"node\":%d,\"rdma_devices\":\"%s\",\"local_files\":%ld,"
-	    "\"remote\":{\"requests\":%llu,\"ok\":%llu,\"bytes\":%llu,\"failures\":%llu,\"local_hits\":%llu},",
+	    "\"remote\":{\"requests\":%llu,\"ok\":%llu,\"bytes\":%llu,\"failures\":%llu,\"local_hits\":%llu},"
+	    "\"prefetch\":{\"k\":%d,\"asked\":%llu,\"received\":%llu,\"hits\":%llu},",
 	    P.self, devs, peer_catalog_count(-1), (unsigned long long)P.remote_requests, (unsigned long long)P.remote_ok,
 	    (unsigned long long)P.remote_bytes, (unsigned long long)P.remote_failures,
-	    (unsigned long long)P.remote_local_hits);
+	    (unsigned long long)P.remote_local_hits, P.prefetch_k, (unsigned long long)P.prefetch_asked,
+	    (unsigned long long)P.prefetched, (unsigned long long)P.prefetch_hits);
 	PUT("\"nodes\":[");
 	static const char *names[] = {"unreachable", "connecting", "up"};
 	for (int i = 0; i < P.n; i++) {

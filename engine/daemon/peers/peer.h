@@ -11,6 +11,7 @@
 
 #include "dlshim/proto.h"
 #include "peer_proto.h"
+#include "../peer_module.h" /* struct peer_item; rdma_devices(), in the coordinator itself */
 
 struct session;
 
@@ -37,15 +38,20 @@ int peer_parse_members(const char *peers, const char *node, struct peer_addr *ou
 int peer_start(void);
 int peer_enabled(void);
 int peer_self(void);        /* this node's index */
-/* Fetch `path` from a reachable node in `holders` (bit mask) into the local
- * slot being loaded, described by `iov`. Blocks until done. 0, or -1 with
- * `why` saying which node failed and how. */
-int peer_fetch(const char *path, uint64_t size, int64_t mtime_ns, uint64_t holders, const struct iovec *iov,
-	       int niov, char *why, size_t whylen);
+/* Fetch it[0] from a reachable node that holds it into the local slot being
+ * loaded (it[0].iov). it[1..n-1] are prefetch candidates: those held by the
+ * same node (at most DLSHIM_PREFETCH of them) go in the same request, and
+ * the home adds the ones resident in its cache to its reply; it[k].got says
+ * which arrived. Blocks until done. 0 when it[0] arrived, or -1 with `why`
+ * saying which node failed and how. */
+int peer_fetch_items(struct peer_item *it, int n, char *why, size_t whylen);
+/* DLSHIM_PREFETCH: prefetch candidates per request (0 = off). */
+int peer_prefetch_k(void);
 /* The multi-node part of the stats JSON (an object, no trailing comma). */
 size_t peer_json(char *buf, size_t cap);
 /* Counters kept by the requester side. */
 void peer_count_remote(int ok, uint64_t bytes, int local_hit);
+void peer_note_served(uint32_t item);
 
 /* ---- catalog (peer_catalog.c) ---- */
 /* Scan the local roots once: the files this node is home for. */
@@ -60,12 +66,16 @@ int peer_catalog_add_msg(int node, const void *msg, size_t len);
 int peer_catalog_find(const char *path, uint64_t *size, int64_t *mtime_ns, uint64_t *holders);
 /* Is `path` one of this node's own files (and its size/mtime)? */
 int peer_catalog_local(const char *path, uint64_t *size, int64_t *mtime_ns);
-long peer_catalog_count(int node);   /* files known on `node` (-1: this node's local list) */
+long peer_catalog_count(int node);
+/* Every remote file (held by a peer, not by this node). */
+void peer_catalog_foreach_remote(void (*fn)(void *ctx, const char *path, uint64_t size, int64_t mtime_ns), void *ctx);   /* files known on `node` (-1: this node's local list) */
 
 /* ---- home side (peer_home.c) ---- */
 int peer_home_start(void);
-/* Queue a FETCH from `node`; the answer goes back through peer_send_fetch_r. */
-void peer_home_request(int node, uint64_t req, const char *path);
+/* Queue a FETCH from `node` for `paths` (paths[0] on demand, the others
+ * prefetch candidates, sent only if resident); the answer goes back through
+ * peer_send_fetch_r. */
+void peer_home_request(int node, uint64_t req, const char *const *paths, int npaths);
 /* DONE from the requester, or its deadline: unpin. */
 void peer_home_done(int node, uint64_t req, uint32_t slot, uint64_t gen);
 void peer_home_expire(int node_or_all);
@@ -75,11 +85,12 @@ size_t peer_home_json(char *buf, size_t cap);
 void peer_send_fetch_r(int node, void *msg, size_t len);
 
 /* ---- requester side (remote_open.c) ---- */
+/* peer_fetch_items with the per-client in-flight bound. */
+int remote_fetch(struct session *s, struct peer_item *it, int n, char *why, size_t whylen);
 /* A local client opened `path`, absent locally. Fill `r` (HIT) and *sfd (a
  * read-only descriptor holding the file's bytes), or return -1 (absent
  * everywhere, or its home is unreachable: logged with the reason). */
 int remote_open(struct session *s, const char *path, struct dlshim_msg_open_r *r, int *sfd);
 
-#include "../peer_module.h" /* rdma_devices(), in the coordinator itself */
 
 #endif

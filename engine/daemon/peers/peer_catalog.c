@@ -176,3 +176,15 @@ long peer_catalog_count(int node)
 	pthread_mutex_unlock(&mu);
 	return n;
 }
+
+void peer_catalog_foreach_remote(void (*fn)(void *ctx, const char *path, uint64_t size, int64_t mtime_ns), void *ctx)
+{
+	pthread_mutex_lock(&mu);
+	for (struct entry *e = remote; e; e = e->hh.next) {
+		struct entry *l;
+		HASH_FIND_STR(local, e->path, l);
+		if (l == NULL) /* a replica we hold is declared by the local scan */
+			fn(ctx, e->path, e->size, e->mtime_ns);
+	}
+	pthread_mutex_unlock(&mu);
+}

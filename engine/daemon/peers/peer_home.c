@@ -23,7 +23,8 @@
 struct req {
 	int node;
 	uint64_t req;
-	char *path;
+	int npaths;
+	char *paths[1 + PEER_PREFETCH_MAX]; /* [0] on demand, then prefetch candidates */
 	struct req *next;
 };
 
@@ -40,14 +41,26 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static struct req *head, *tail;
 static struct hpin *pins;
 static int job = -1;
-static uint64_t served, served_bytes, refused;
+static uint64_t served, served_bytes, refused, prefetch_sent;
 
-void peer_home_request(int node, uint64_t rq, const char *path)
+static void req_free(struct req *r)
 {
-	struct req *r = malloc(sizeof(*r));
-	if (r == NULL || (r->path = strdup(path)) == NULL) {
-		free(r);
+	for (int i = 0; i < r->npaths; i++)
+		free(r->paths[i]);
+	free(r);
+}
+
+void peer_home_request(int node, uint64_t rq, const char *const *paths, int npaths)
+{
+	struct req *r = calloc(1, sizeof(*r));
+	if (r == NULL)
 		return; /* the requester times out */
+	for (int i = 0; i < npaths && i < 1 + PEER_PREFETCH_MAX; i++) {
+		if ((r->paths[i] = strdup(paths[i])) == NULL) {
+			req_free(r);
+			return;
+		}
+		r->npaths = i + 1;
 	}
 	r->node = node;
 	r->req = rq;
@@ -140,53 +153,126 @@ static int load_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint64_t
 	return rc;
 }
 
+/* Pin a prefetch candidate only if it is already resident here (the
+ * opportunistic rule: a prefetch never costs this node a disk read); 0 or
+ * an errno value. */
+static int resident_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint64_t *size, int64_t *mtime)
+{
+	uint64_t lsize;
+	int64_t lmt;
+	struct stat st;
+	if (peer_catalog_local(path, &lsize, &lmt) < 0 || stat(path, &st) < 0 || !S_ISREG(st.st_mode))
+		return ENOENT;
+	struct dlshim_file_id id = dlshim_stat_version(&st);
+	struct dlshim_open_result *res = malloc(sizeof(*res));
+	if (res == NULL)
+		return ENOMEM;
+	int rc = EAGAIN;
+	pthread_mutex_lock(&D.mu);
+	uint32_t item = dlshim_engine_find_item(D.eng, id.dev, id.ino);
+	if (item != DLSHIM_NO_ITEM && dlshim_engine_item_resident(D.eng, item)) {
+		dlshim_engine_open(D.eng, job, &id, DLSHIM_OPEN_F_NOWAIT, res);
+		if (res->kind == DLSHIM_OPEN_HIT) {
+			*slot = res->slot;
+			*gen = res->gen;
+			*size = id.size;
+			*mtime = id.mtime_ns;
+			rc = 0;
+		} else if (res->kind == DLSHIM_OPEN_LOAD) {
+			/* Resident but stale: not worth a disk read now. */
+			dlshim_engine_load_done(D.eng, job, res->item, 0);
+			pthread_cond_broadcast(&D.loaded);
+		}
+	}
+	pthread_mutex_unlock(&D.mu);
+	free(res);
+	return rc;
+}
+
+/* Append one FETCH_R record (header + block runs) for a pinned slot; on
+ * failure the slot is unpinned and nothing is appended. */
+static int add_record(char **m, size_t *len, struct peer_fetch_r *h)
+{
+	uint64_t need = (h->size + DLSHIM_BLOCK_SIZE - 1) / DLSHIM_BLOCK_SIZE;
+	uint32_t max = need < (1u << 20) ? (uint32_t)need + 1 : 1u << 20;
+	char *nm = realloc(*m, *len + sizeof(*h) + max * sizeof(struct peer_run));
+	if (nm == NULL) {
+		pthread_mutex_lock(&D.mu);
+		dlshim_engine_release(D.eng, job, h->slot, h->gen, 0, 0);
+		pthread_mutex_unlock(&D.mu);
+		return -1;
+	}
+	*m = nm;
+	pthread_mutex_lock(&D.mu);
+	uint32_t nruns = slot_runs(h->slot, h->size, (struct peer_run *)(nm + *len + sizeof(*h)), max);
+	if (nruns == UINT32_MAX) /* too fragmented to describe: refuse, unpin */
+		dlshim_engine_release(D.eng, job, h->slot, h->gen, 0, 0);
+	pthread_mutex_unlock(&D.mu);
+	if (nruns == UINT32_MAX)
+		return -1;
+	h->nruns = nruns;
+	memcpy(nm + *len, h, sizeof(*h));
+	*len += sizeof(*h) + nruns * sizeof(struct peer_run);
+	return 0;
+}
+
+static void remember_pin(int node, uint64_t rq, const struct peer_fetch_r *h)
+{
+	struct hpin *p = malloc(sizeof(*p));
+	if (p == NULL)
+		return; /* the pin then lasts until the coordinator exits */
+	pthread_mutex_lock(&mu);
+	*p = (struct hpin){node, rq, h->gen, h->size, h->slot, time(NULL) + PIN_DEADLINE_S, pins};
+	pins = p;
+	pthread_mutex_unlock(&mu);
+}
+
 static void serve(struct req *r)
 {
-	uint32_t slot = 0, max;
-	uint64_t gen = 0, size = 0;
-	int64_t mtime = 0;
-	int rc = load_pinned(r->path, &slot, &gen, &size, &mtime);
-	/* Never more runs than blocks (a file is at most DLSHIM_MAX_ITEM). */
-	uint64_t need = (size + DLSHIM_BLOCK_SIZE - 1) / DLSHIM_BLOCK_SIZE;
-	max = need < (1u << 24) ? (uint32_t)need + 1 : 1u << 24;
-	char *m = malloc(sizeof(struct peer_fetch_r) + max * sizeof(struct peer_run));
-	uint32_t nruns = 0;
-	if (rc == 0) {
-		pthread_mutex_lock(&D.mu);
-		nruns = m ? slot_runs(slot, size, (struct peer_run *)(m + sizeof(struct peer_fetch_r)), max) : UINT32_MAX;
-		if (nruns == UINT32_MAX) {
-			/* Too fragmented to describe in one message: refuse, unpin. */
-			dlshim_engine_release(D.eng, job, slot, gen, 0, 0);
-			rc = E2BIG;
-			nruns = 0;
-		}
-		pthread_mutex_unlock(&D.mu);
-	}
-	if (m == NULL) {
-		if (rc == 0) {
-			pthread_mutex_lock(&D.mu);
-			dlshim_engine_release(D.eng, job, slot, gen, 0, 0);
-			pthread_mutex_unlock(&D.mu);
-		}
+	struct peer_fetch_r h = {.node = (uint32_t)peer_self(), .req = r->req};
+	char *m = NULL;
+	size_t len = 0;
+	int rc = load_pinned(r->paths[0], &h.slot, &h.gen, &h.size, &h.mtime_ns);
+	if (rc == 0 && add_record(&m, &len, &h) < 0)
+		rc = E2BIG;
+	if (rc != 0) {
+		/* The wanted file cannot be served: one record saying why. */
+		free(m);
+		m = malloc(sizeof(h));
+		if (m == NULL)
+			return; /* the requester times out */
+		h = (struct peer_fetch_r){.node = (uint32_t)peer_self(), .status = rc, .req = r->req};
+		memcpy(m, &h, sizeof(h));
+		len = sizeof(h);
+		pthread_mutex_lock(&mu);
+		refused++;
+		pthread_mutex_unlock(&mu);
+		dlog(DLSHIM_LOG_INFO, "peers: cannot serve %s to node %d: %s", r->paths[0], r->node, strerror(rc));
+		peer_send_fetch_r(r->node, m, len);
 		return;
 	}
-	struct peer_fetch_r h = {.node = 0, .status = rc, .req = r->req, .size = size, .mtime_ns = mtime,
-				 .gen = gen, .slot = slot, .nruns = nruns};
-	h.node = (uint32_t)peer_self();
-	memcpy(m, &h, sizeof(h));
-	pthread_mutex_lock(&mu);
-	if (rc == 0) {
-		struct hpin *p = malloc(sizeof(*p));
-		if (p) {
-			*p = (struct hpin){r->node, r->req, gen, size, slot, time(NULL) + PIN_DEADLINE_S, pins};
-			pins = p;
+	remember_pin(r->node, r->req, &h);
+	/* Prefetch: the candidates already resident here, in the requester's
+	 * order. Each candidate has its own free slot on the requester, so no
+	 * two files can compete for one slot (the paper's conflict); a path
+	 * named twice, or equal to the wanted one, is sent once. */
+	uint32_t sent = 0;
+	for (int i = 1; i < r->npaths && len < PEER_MSG_MAX / 2; i++) {
+		int dup = 0;
+		for (int k = 0; k < i; k++)
+			dup |= strcmp(r->paths[k], r->paths[i]) == 0;
+		struct peer_fetch_r c = {.node = (uint32_t)peer_self(), .req = r->req, .index = (uint32_t)i};
+		if (dup || resident_pinned(r->paths[i], &c.slot, &c.gen, &c.size, &c.mtime_ns) != 0)
+			continue;
+		if (add_record(&m, &len, &c) == 0) {
+			remember_pin(r->node, r->req, &c);
+			sent++;
 		}
-	} else {
-		refused++;
-		dlog(DLSHIM_LOG_INFO, "peers: cannot serve %s to node %d: %s", r->path, r->node, strerror(rc));
 	}
+	pthread_mutex_lock(&mu);
+	prefetch_sent += sent;
 	pthread_mutex_unlock(&mu);
-	peer_send_fetch_r(r->node, m, sizeof(h) + nruns * sizeof(struct peer_run));
+	peer_send_fetch_r(r->node, m, len);
 }
 
 static void *home_thread(void *arg)
@@ -202,8 +288,7 @@ static void *home_thread(void *arg)
 			tail = NULL;
 		pthread_mutex_unlock(&mu);
 		serve(r);
-		free(r->path);
-		free(r);
+		req_free(r);
 	}
 	return NULL;
 }
@@ -276,8 +361,9 @@ void peer_home_expire(int node_or_all)
 size_t peer_home_json(char *buf, size_t cap)
 {
 	pthread_mutex_lock(&mu);
-	int n = snprintf(buf, cap, "\"served\":{\"requests\":%llu,\"bytes\":%llu,\"refused\":%llu}",
-			 (unsigned long long)served, (unsigned long long)served_bytes, (unsigned long long)refused);
+	int n = snprintf(buf, cap, "\"served\":{\"files\":%llu,\"bytes\":%llu,\"refused\":%llu,\"prefetched\":%llu}",
+			 (unsigned long long)served, (unsigned long long)served_bytes, (unsigned long long)refused,
+			 (unsigned long long)prefetch_sent);
 	pthread_mutex_unlock(&mu);
 	return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }

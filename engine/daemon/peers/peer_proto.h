@@ -13,16 +13,18 @@
 #include <stdint.h>
 
 #define PEER_MAGIC 0x4e534c44u /* "DLSN" */
-#define PEER_VERSION 1u
+#define PEER_VERSION 2u
+#define PEER_PREFETCH_MAX 32 /* prefetch candidates in one FETCH */
 #define PEER_MAX_NODES 64
 #define PEER_MSG_MAX (1u << 20)
 
 enum peer_am_id {
 	PEER_AM_HELLO = 1,  /* who I am, where my cache is, its rkey; asks for a HELLO back */
 	PEER_AM_FILES,      /* part of my local file list */
-	PEER_AM_FETCH,      /* requester -> home: put this file in your cache, tell me where */
-	PEER_AM_FETCH_R,    /* home -> requester: status and block runs of the pinned slot */
-	PEER_AM_DONE,       /* requester -> home: the gets are over, unpin */
+	PEER_AM_FETCH,      /* requester -> home: put this file in your cache, tell me where;
+			       add these candidates if they are already there */
+	PEER_AM_FETCH_R,    /* home -> requester: status and block runs of the pinned slots */
+	PEER_AM_DONE,       /* requester -> home: the gets are over, unpin them all */
 	PEER_AM_MAX
 };
 
@@ -51,13 +53,18 @@ struct peer_file_ent {
 	uint32_t len;
 } __attribute__((packed));
 
-/* Followed by the absolute path and a NUL. */
+/* Followed by 1 + ncand absolute paths, each with a NUL: the file wanted
+ * on demand, then prefetch candidates (upcoming files of the requester's
+ * job that it does not hold; each has a free local slot waiting). */
 struct peer_fetch {
-	uint32_t node, pad;
+	uint32_t node, ncand;
 	uint64_t req;
 };
 
-/* Followed by `nruns` struct peer_run (block index runs, in file order). */
+/* A FETCH_R is one or more records, each this header followed by `nruns`
+ * struct peer_run (block index runs, in file order). The first record is
+ * the wanted file (index 0, status says whether it can be served); then one
+ * record per candidate sent (index k = the k-th candidate, status 0). */
 struct peer_fetch_r {
 	uint32_t node;
 	int32_t status;        /* 0, or an errno value saying why the home cannot serve it */
@@ -66,6 +73,7 @@ struct peer_fetch_r {
 	int64_t mtime_ns;
 	uint64_t gen;          /* the pinned generation, echoed in DONE */
 	uint32_t slot, nruns;
+	uint32_t index, pad;
 };
 struct peer_run {
 	uint32_t first, count;

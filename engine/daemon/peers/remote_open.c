@@ -17,49 +17,33 @@
 #include "dlshim/shm.h"
 #include "peer.h"
 
-/* Remote files have no local (dev, ino): this device number, never a real
- * one, and a hash of the path stand in for them in the engine's catalog. */
-#define REMOTE_DEV 0xd15d000000000000ULL
-
 static pthread_cond_t slots_cv = PTHREAD_COND_INITIALIZER;
 
-static uint64_t path_hash(const char *p)
+/* At most PEER_INFLIGHT_PER_CLIENT fetches per client process: the bound
+ * on the incast one job can cause (the rdma design's scheduling). */
+static void inflight_enter(struct session *s)
 {
-	uint64_t h = 0xcbf29ce484222325ULL;
-	for (; *p; p++)
-		h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
-	return h;
+	pthread_mutex_lock(&D.mu);
+	while (s->remote_inflight >= PEER_INFLIGHT_PER_CLIENT)
+		pthread_cond_wait(&slots_cv, &D.mu);
+	s->remote_inflight++;
+	pthread_mutex_unlock(&D.mu);
 }
 
-/* A private, sealed, read-only descriptor holding the slot's bytes. */
-static int make_fd(uint32_t slot, uint64_t gen, uint64_t size, int64_t mtime_ns)
+static void inflight_leave(struct session *s)
 {
-	/* A view of our own segment (attach only validates and records). */
-	struct dlshim_shm_view view;
-	if (dlshim_shm_attach(D.shm_base, D.shm_len, &view) < 0)
-		return -1;
-	int fd = memfd_create("dlshim-remote", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		return -1;
-	static __thread char buf[256 * 1024];
-	struct dlshim_shm_cursor cur = {0};
-	uint64_t off = 0;
-	while (off < size) {
-		ssize_t n = dlshim_shm_read(&view, slot, gen, off, buf, sizeof(buf), &cur);
-		if (n <= 0 || pwrite(fd, buf, (size_t)n, (off_t)off) != n) {
-			close(fd);
-			return -1;
-		}
-		off += (uint64_t)n;
-	}
-	struct timespec ts[2] = {{0, UTIME_OMIT}, {mtime_ns / 1000000000LL, mtime_ns % 1000000000LL}};
-	futimens(fd, ts); /* the home's mtime, for programs that look at it */
-	fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
-	char proc[64];
-	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-	int ro = open(proc, O_RDONLY | O_CLOEXEC);
-	close(fd);
-	return ro;
+	pthread_mutex_lock(&D.mu);
+	s->remote_inflight--;
+	pthread_cond_broadcast(&slots_cv);
+	pthread_mutex_unlock(&D.mu);
+}
+
+int remote_fetch(struct session *s, struct peer_item *it, int n, char *why, size_t whylen)
+{
+	inflight_enter(s);
+	int rc = peer_fetch_items(it, n, why, whylen);
+	inflight_leave(s);
+	return rc;
 }
 
 int remote_open(struct session *s, const char *path, struct dlshim_msg_open_r *r, int *sfd)
@@ -74,15 +58,12 @@ int remote_open(struct session *s, const char *path, struct dlshim_msg_open_r *r
 	    peer_catalog_find(path, &size, &mtime, &holders) < 0)
 		return -1;
 	/* A remote file has no local ctime: its version is (size, mtime) as its home listed it. */
-	struct dlshim_file_id id = {REMOTE_DEV, path_hash(path), size, mtime, 0};
+	struct dlshim_file_id id = {PEER_REMOTE_DEV, peer_path_hash(path), size, mtime, 0};
 	struct dlshim_open_result *res = malloc(sizeof(*res));
 	if (res == NULL)
 		return -1;
+	(void)holders;
 	pthread_mutex_lock(&D.mu);
-	/* At most PEER_INFLIGHT_PER_CLIENT fetches per client process. */
-	while (s->remote_inflight >= PEER_INFLIGHT_PER_CLIENT)
-		pthread_cond_wait(&slots_cv, &D.mu);
-	s->remote_inflight++;
 	unsigned flags = 0;
 	for (;;) {
 		dlshim_engine_open(D.eng, s->job, &id, flags, res);
@@ -115,25 +96,25 @@ int remote_open(struct session *s, const char *path, struct dlshim_msg_open_r *r
 				off += iov[i].iov_len;
 			n += k;
 		}
-		int rc = iov ? peer_fetch(path, size, mtime, holders, iov, n, why, sizeof(why)) : -1;
+		struct peer_item it = {.path = path, .size = size, .mtime_ns = mtime, .iov = iov, .niov = n,
+				       .item = res->item};
+		int rc = iov ? remote_fetch(s, &it, 1, why, sizeof(why)) : -1;
 		free(iov);
 		if (rc < 0)
 			dlog(DLSHIM_LOG_WARN, "peers: %s is not on this node and cannot be fetched: %s", path,
 			     iov ? why : "out of memory");
-		peer_count_remote(rc == 0, size, 0);
 		pthread_mutex_lock(&D.mu);
 		gen = dlshim_engine_load_done(D.eng, s->job, res->item, rc == 0);
 		pthread_cond_broadcast(&D.loaded);
 		pthread_mutex_unlock(&D.mu);
 		ok = gen != 0;
 	}
-	int fd = ok ? make_fd(res->slot, gen, size, mtime) : -1;
-	pthread_mutex_lock(&D.mu);
-	if (ok && fd < 0)
+	int fd = ok ? slot_memfd(res->slot, gen, size, mtime) : -1;
+	if (ok && fd < 0) {
+		pthread_mutex_lock(&D.mu);
 		dlshim_engine_release(D.eng, s->job, res->slot, gen, 0, 0);
-	s->remote_inflight--;
-	pthread_cond_broadcast(&slots_cv);
-	pthread_mutex_unlock(&D.mu);
+		pthread_mutex_unlock(&D.mu);
+	}
 	if (fd < 0) {
 		free(res);
 		return -1;
