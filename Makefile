@@ -161,7 +161,7 @@ clean:
 # and a gcc + ASan/UBSan replay of the seed corpora (no libFuzzer) in build/asan/fuzz/
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
-FUZZ_TARGETS := proto config
+FUZZ_TARGETS := proto config peer
 FUZZ_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 FUZZ_REPLAY_BIN := $(FUZZ_TARGETS:%=$(BUILD)/asan/fuzz/replay_%)
 FUZZ_CFLAGS := -std=gnu11 -g -O1 -Wall -Wextra -Iinclude -D_GNU_SOURCE -fno-omit-frame-pointer \
@@ -170,6 +170,7 @@ FUZZ_CFLAGS := -std=gnu11 -g -O1 -Wall -Wextra -Iinclude -D_GNU_SOURCE -fno-omit
 
 $(BUILD)/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c engine/proto.c include/dlshim/proto.h
 $(BUILD)/fuzz/fuzz_config: tests/fuzz/fuzz_config.c engine/config.c include/dlshim/config.h
+$(BUILD)/fuzz/fuzz_peer: tests/fuzz/fuzz_peer.c engine/daemon/peers/peer_wire.c $(wildcard engine/daemon/peers/peer_*.h)
 $(FUZZ_BIN):
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^)
@@ -188,6 +189,7 @@ fuzz: fuzz-build
 # Only the engine objects a target exercises, so an unrelated engine file cannot break it.
 $(BUILD)/asan/fuzz/replay_proto: tests/fuzz/replay.c tests/fuzz/fuzz_proto.c $(BUILD)/asan/obj/engine/proto.o
 $(BUILD)/asan/fuzz/replay_config: tests/fuzz/replay.c tests/fuzz/fuzz_config.c $(BUILD)/asan/obj/engine/config.o
+$(BUILD)/asan/fuzz/replay_peer: tests/fuzz/replay.c tests/fuzz/fuzz_peer.c $(BUILD)/asan/obj/engine/daemon/peers/peer_wire.o
 $(FUZZ_REPLAY_BIN):
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -o $@ $^ -lpthread

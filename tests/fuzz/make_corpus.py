@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Regenerate the small seed corpora under tests/fuzz/corpus/ (proto, config).
+"""Regenerate the small seed corpora under tests/fuzz/corpus/ (proto, config, peer).
 
-Layouts follow include/dlshim/proto.h (host order, x86-64) and the input
-format documented at the top of tests/fuzz/fuzz_config.c.
+Layouts follow include/dlshim/proto.h and engine/daemon/peers/peer_proto.h
+(host order, x86-64) and the input formats documented at the top of
+tests/fuzz/fuzz_config.c and tests/fuzz/fuzz_peer.c.
 """
 import os
 import struct
@@ -83,8 +84,37 @@ def config():
     }
 
 
+# tests/fuzz/fuzz_peer.c: a selector byte, then one message of a 3-node
+# cluster seen from node 0, answering request 7 to node 1 (3 files named).
+PEER_MAGIC, PEER_VERSION = 0x4E534C44, 2
+
+
+def fetch_r_rec(index, runs, status=0, node=1, req=7):
+    return struct.pack("<IiQQqQIIII", node, status, req, 40000, 1700000000123456789, 5, 9, len(runs), index, 0) + \
+        b"".join(struct.pack("<II", a, n) for a, n in runs)
+
+
+def peer():
+    hello = struct.pack("<IIIIQQQQIIII", PEER_MAGIC, PEER_VERSION, 1, 3, 0x1234, 0x7F0000000000, 4096, 100,
+                        16384, 1, 8, 0) + b"RKEYBYTE"
+    ent = lambda path: struct.pack("<QqI", 40000, 1700000000123456789, len(path)) + path
+    files = struct.pack("<IIQ", 2, 2, 0x1234) + ent(b"/data/a/1.jpg") + ent(b"/data/b/2.jpg")
+    fetch = struct.pack("<IIQ", 1, 2, 7) + b"/data/a/1.jpg\0/data/a/2.jpg\0/data/a/3.jpg\0"
+    return {
+        "hello": b"\x00" + hello,
+        "files": b"\x01" + files,
+        "files_truncated": b"\x01" + files[:-3],
+        "fetch": b"\x02" + fetch,
+        "fetch_alone": b"\x02" + struct.pack("<IIQ", 2, 0, 9) + b"/data/x\0",
+        "fetch_r": b"\x03" + fetch_r_rec(0, [(3, 2), (10, 1)]) + fetch_r_rec(2, [(20, 3)]) + fetch_r_rec(1, [(99, 1)]),
+        "fetch_r_refused": b"\x03" + fetch_r_rec(0, [], status=2),
+        "fetch_r_outside": b"\x03" + fetch_r_rec(0, [(99, 2)]),
+        "done": b"\x04" + struct.pack("<IIQQ", 2, 9, 7, 5),
+    }
+
+
 def main():
-    for sub, items in (("proto", proto()), ("config", config())):
+    for sub, items in (("proto", proto()), ("config", config()), ("peer", peer())):
         d = os.path.join(HERE, "corpus", sub)
         os.makedirs(d, exist_ok=True)
         for name, data in items.items():

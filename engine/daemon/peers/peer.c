@@ -18,6 +18,7 @@
 #include "daemon.h"
 #include "dlshim/shm.h"
 #include "peer.h"
+#include "peer_wire.h"
 
 #define CONNECT_TIMEOUT_S 5  /* an endpoint that hears nothing back is retried */
 #define FETCH_TIMEOUT_S 10   /* a home that does not answer a FETCH */
@@ -385,7 +386,7 @@ static void get_cb(void *request, ucs_status_t status, void *user_data)
 /* One record of the home's FETCH_R: read the runs of its slot into our
  * slot's iovecs. Returns -1 (f->why set) when the whole fetch must fail;
  * a candidate that does not match is only skipped. */
-static int fetch_record(struct fetch *f, const struct peer_fetch_r *h, const struct peer_run *runs)
+static int fetch_record(struct fetch *f, const struct peer_fetch_r *h, const void *runs)
 {
 	struct node *nd = &P.nodes[f->node];
 	struct peer_item *it = &f->it[h->index];
@@ -413,11 +414,12 @@ static int fetch_record(struct fetch *f, const struct peer_fetch_r *h, const str
 			snprintf(f->why, sizeof(f->why), "%s", "the home's block list does not cover the file");
 			return -1;
 		}
-		uint64_t rlen = (uint64_t)runs[r].count * bs - ro, llen = it->iov[i].iov_len - io;
+		struct peer_run run = peer_wire_run(runs, r);
+		uint64_t rlen = (uint64_t)run.count * bs - ro, llen = it->iov[i].iov_len - io;
 		uint64_t n = it->size - off;
 		n = n < rlen ? n : rlen;
 		n = n < llen ? n : llen;
-		uint64_t raddr = nd->base + nd->data_off + (uint64_t)runs[r].first * bs + ro;
+		uint64_t raddr = nd->base + nd->data_off + (uint64_t)run.first * bs + ro;
 		ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
 					   .cb.send = get_cb,
 					   .user_data = f};
@@ -431,7 +433,7 @@ static int fetch_record(struct fetch *f, const struct peer_fetch_r *h, const str
 		off += n;
 		ro += n;
 		io += n;
-		if (ro == (uint64_t)runs[r].count * bs) {
+		if (ro == (uint64_t)run.count * bs) {
 			r++;
 			ro = 0;
 		}
@@ -457,12 +459,8 @@ static struct fetch *find_fetch(int node, uint64_t req)
 
 static void on_hello(const void *data, size_t len)
 {
-	struct peer_hello h;
-	if (len < sizeof(h))
-		return;
-	memcpy(&h, data, sizeof(h));
-	if (h.magic != PEER_MAGIC || h.version != PEER_VERSION || h.nnodes != (uint32_t)P.n || h.node >= (uint32_t)P.n ||
-	    (int)h.node == P.self || h.rkey_len != len - sizeof(h) || h.block_size != DLSHIM_BLOCK_SIZE) {
+	struct peer_hello h = {0};
+	if (peer_wire_hello(data, len, P.n, P.self, DLSHIM_BLOCK_SIZE, &h) < 0) {
 		dlog(DLSHIM_LOG_WARN, "peers: ignoring a HELLO that does not match this cluster (node %u of %u, "
 				      "version %u; this node expects %d nodes)",
 		     h.node, h.nnodes, h.version, P.n);
@@ -497,36 +495,18 @@ static void on_fetch(const void *data, size_t len)
 {
 	struct peer_fetch h;
 	const char *paths[1 + PEER_PREFETCH_MAX];
-	if (len < sizeof(h) + 2)
-		return;
-	memcpy(&h, data, sizeof(h));
-	const char *p = (const char *)data + sizeof(h), *end = (const char *)data + len;
-	uint32_t n = 0;
-	int bad = h.node >= (uint32_t)P.n || (int)h.node == P.self || h.ncand > PEER_PREFETCH_MAX;
-	/* Exactly 1 + ncand non-empty NUL-terminated paths fill the message. */
-	while (!bad && p < end) {
-		const char *z = memchr(p, 0, (size_t)(end - p));
-		if (z == NULL || z == p || n == 1 + h.ncand) {
-			bad = 1;
-			break;
-		}
-		paths[n++] = p;
-		p = z + 1;
-	}
-	if (bad || n != 1 + h.ncand) {
+	int n = peer_wire_fetch(data, len, P.n, P.self, &h, paths);
+	if (n < 0) {
 		dlog(DLSHIM_LOG_WARN, "peers: malformed FETCH dropped");
 		return;
 	}
-	peer_home_request((int)h.node, h.req, paths, (int)n);
+	peer_home_request((int)h.node, h.req, paths, n);
 }
 
 static void on_fetch_r(const void *data, size_t len)
 {
 	struct peer_fetch_r h;
-	if (len < sizeof(h))
-		return;
-	memcpy(&h, data, sizeof(h));
-	if (h.node >= (uint32_t)P.n || (int)h.node == P.self)
+	if (peer_wire_fetch_r_head(data, len, P.n, P.self, &h) < 0)
 		return;
 	struct fetch *f = find_fetch((int)h.node, h.req);
 	if (f == NULL || f->replied) {
@@ -536,52 +516,25 @@ static void on_fetch_r(const void *data, size_t len)
 	}
 	struct node *nd = &P.nodes[h.node];
 	f->replied = 1;
-	const char *p = data, *end = (const char *)data + len;
-	uint64_t seen = 0;
-	int first = 1, rc = 0;
-	/* Validate every record before its gets: header in bounds, runs in
-	 * bounds and inside the home's segment, each index once, index 0 first. */
-	while (rc == 0 && p < end) {
-		if ((size_t)(end - p) < sizeof(h)) {
-			rc = -1;
-			break;
-		}
-		memcpy(&h, p, sizeof(h));
-		p += sizeof(h);
-		if (h.req != f->req || (int)h.node != f->node || h.index >= (uint32_t)f->n || (first && h.index != 0) ||
-		    (!first && h.index == 0) || (seen >> h.index & 1) || (size_t)(end - p) / sizeof(struct peer_run) < h.nruns) {
-			rc = -1;
-			break;
-		}
-		seen |= 1ULL << h.index;
-		struct peer_run *runs = malloc(h.nruns ? h.nruns * sizeof(*runs) : 1);
-		if (runs == NULL) {
-			snprintf(f->why, sizeof(f->why), "%s", "out of memory");
-			rc = -2;
-			break;
-		}
-		memcpy(runs, p, h.nruns * sizeof(*runs));
-		p += h.nruns * sizeof(*runs);
-		int bad = 0;
-		for (uint32_t k = 0; k < h.nruns; k++)
-			bad |= runs[k].count == 0 || (uint64_t)runs[k].first + runs[k].count > nd->nblocks;
-		if (bad && h.status == 0) {
-			snprintf(f->why, sizeof(f->why), "%s", "the home sent block runs outside its segment");
-			rc = -2;
-		} else if (fetch_record(f, &h, runs) < 0) {
-			if (first && h.status != 0)
-				f->replied = 0; /* nothing pinned there */
-			rc = -2;
-		}
-		free(runs);
-		first = 0;
-	}
-	if (rc == -1) {
+	/* The whole reply is checked before the first get is issued. */
+	struct peer_wire_rec recs[1 + PEER_PREFETCH_MAX];
+	int n = peer_wire_fetch_r(data, len, h.node, f->req, (uint32_t)f->n, nd->nblocks, recs);
+	if (n == PEER_WIRE_MALFORMED) {
 		dlog(DLSHIM_LOG_WARN, "peers: malformed FETCH_R from node %d dropped", f->node);
 		snprintf(f->why, sizeof(f->why), "node %d (%s) sent a malformed reply", f->node, nd->a.name);
-	}
-	if (rc < 0)
 		f->rc = -1;
+	} else if (n == PEER_WIRE_OUTSIDE) {
+		snprintf(f->why, sizeof(f->why), "%s", "the home sent block runs outside its segment");
+		f->rc = -1;
+	}
+	for (int k = 0; k < n; k++) {
+		if (fetch_record(f, &recs[k].h, recs[k].runs) < 0) {
+			if (k == 0 && recs[k].h.status != 0)
+				f->replied = 0; /* nothing pinned there */
+			f->rc = -1;
+			break;
+		}
+	}
 	f->issued = 1;
 	if (f->outstanding == 0)
 		fetch_complete(f, f->rc);
@@ -590,10 +543,7 @@ static void on_fetch_r(const void *data, size_t len)
 static void on_done(const void *data, size_t len)
 {
 	struct peer_done d;
-	if (len != sizeof(d))
-		return;
-	memcpy(&d, data, sizeof(d));
-	if (d.node < (uint32_t)P.n)
+	if (peer_wire_done(data, len, P.n, &d) == 0)
 		peer_home_done((int)d.node, d.req, d.slot, d.gen);
 }
 
@@ -603,9 +553,8 @@ static void dispatch(unsigned id, const void *data, size_t len)
 	case PEER_AM_HELLO: on_hello(data, len); break;
 	case PEER_AM_FILES: {
 		struct peer_files h;
-		if (len >= sizeof(h)) {
-			memcpy(&h, data, sizeof(h));
-			if (h.node < (uint32_t)P.n && (int)h.node != P.self && peer_catalog_add_msg((int)h.node, data, len) < 0)
+		if (peer_wire_files_head(data, len, P.n, P.self, &h) == 0) {
+			if (peer_catalog_add_msg((int)h.node, data, len) < 0)
 				dlog(DLSHIM_LOG_WARN, "peers: node %u sent file list entries outside DLSHIM_ROOTS or "
 						      "malformed; they were skipped", h.node);
 		}

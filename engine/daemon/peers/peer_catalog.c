@@ -9,6 +9,7 @@
 #include "daemon.h"
 #include "dlshim/scan.h"
 #include "peer.h"
+#include "peer_wire.h"
 
 struct entry {
 	char *path;
@@ -104,26 +105,20 @@ int peer_catalog_add_msg(int node, const void *msg, size_t len)
 	pthread_mutex_lock(&mu);
 	for (uint32_t i = 0; i < h.count; i++) {
 		struct peer_file_ent fe;
-		if ((size_t)(end - p) < sizeof(fe)) {
+		const char *path;
+		if (peer_wire_files_next(&p, end, &fe, &path) < 0) {
 			bad = 1;
 			break;
 		}
-		memcpy(&fe, p, sizeof(fe));
-		p += sizeof(fe);
-		if (fe.len > (size_t)(end - p)) {
-			bad = 1;
-			break;
-		}
-		if (!acceptable(p, fe.len)) {
-			p += fe.len;
+		if (!acceptable(path, fe.len)) {
 			bad = 1; /* skip it, keep the rest */
 			continue;
 		}
 		struct entry *e;
-		HASH_FIND(hh, remote, p, fe.len, e);
+		HASH_FIND(hh, remote, path, fe.len, e);
 		if (e == NULL) {
 			e = calloc(1, sizeof(*e));
-			if (e == NULL || (e->path = strndup(p, fe.len)) == NULL) {
+			if (e == NULL || (e->path = strndup(path, fe.len)) == NULL) {
 				free(e);
 				break;
 			}
@@ -136,7 +131,6 @@ int peer_catalog_add_msg(int node, const void *msg, size_t len)
 		e->size = fe.size;
 		e->mtime_ns = fe.mtime_ns;
 		e->holders |= 1ULL << node;
-		p += fe.len;
 	}
 	pthread_mutex_unlock(&mu);
 	return bad ? -1 : 0;
