@@ -99,6 +99,7 @@ start_node() {
 	mkdir -p -m 700 "$T/$RUNP$1"
 	on_node "$1" "$B/dlshimd" --foreground >"$T/daemon$RUNP$1.out" 2>&1 &
 	echo $! >"$T/pid$1"
+	disown $! # killing it on purpose later is not worth a "Killed" line
 }
 stats() { DLSHIM_RUNTIME_DIR="$T/$RUNP$1" "$B/dlshim" stats --json 2>/dev/null; }
 # peers_up I K: node I sees K peers up with their file lists
