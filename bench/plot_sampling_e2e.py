@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""Plot and tabulate bench_sampling_e2e.sh's results.
+
+    plot_sampling_e2e.py RESULTS.json OUT.png OUT.md
+"""
+import json
+import sys
+
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+ORDER = ["plain", "lockstep", "dir", "dsa"]
+NAMES = {"plain": "plain PyTorch", "lockstep": "lockstep (shared order, exact)",
+         "dir": "shim dir (chunk)", "dsa": "shim dsa"}
+
+
+def mean(xs):
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def job_epochs(job):
+    rep = job["report"] or {"epochs": []}
+    return [e["seconds"] for e in rep["epochs"]]
+
+
+def main():
+    res = json.load(open(sys.argv[1]))
+    scens = []
+    for r in res["runs"]:
+        if r["scenario"] not in scens:
+            scens.append(r["scenario"])
+    union = {"same": res["dataset_bytes"], "overlap": res["dataset_bytes"]}
+    md = []
+    fig, axes = plt.subplots(len(scens), 2, figsize=(11, 3.6 * len(scens)), squeeze=False)
+    for row, scen in enumerate(scens):
+        runs = {r["variant"]: r for r in res["runs"] if r["scenario"] == scen}
+        vars_ = [v for v in ORDER if v in runs]
+        njobs = len(next(iter(runs.values()))["jobs"])
+        base = {v: [mean(job_epochs(j)) for j in runs[v]["jobs"]] for v in vars_}
+        md.append("### %s (%d jobs)\n" % (scen, njobs))
+        head = "| variant | " + " | ".join(
+            "job %d (+%ss, %s ms/batch): epoch times (s)" % (k, j["start_s"], j["compute_ms"])
+            for k, j in enumerate(runs[vars_[0]]["jobs"])) + " | mean epoch vs plain | vs lockstep | last job done (s) | device bytes / dataset | device vs plain | vs lockstep |"
+        md.append(head)
+        md.append("|" + "---|" * (head.count("|") - 1))
+        for v in vars_:
+            r = runs[v]
+            cells = []
+            for j in r["jobs"]:
+                cells.append(" / ".join("%.1f" % s for s in job_epochs(j)) or "failed")
+            m = mean(base[v])
+
+            def ratio(ref):
+                if ref not in base:
+                    return "-"
+                return "%.2fx" % (mean(base[ref]) / m)
+
+            def dev(ref):
+                if ref not in runs or not r["device_bytes"]:
+                    return "-"
+                return "%.2f" % (r["device_bytes"] / float(runs[ref]["device_bytes"]))
+            md.append("| %s%s | %s | %s | %s | %.1f | %.2f | %s | %s |" % (
+                NAMES[v], "" if r["ok"] else " (a job FAILED)", " | ".join(cells), ratio("plain"),
+                ratio("lockstep"), r["wall_s"], r["device_bytes"] / float(union[scen]), dev("plain"), dev("lockstep")))
+        md.append("")
+        ax = axes[row][0]
+        w = 0.8 / len(vars_)
+        for i, v in enumerate(vars_):
+            ax.bar([k + i * w for k in range(njobs)], base[v], w, label=NAMES[v])
+        ax.set_xticks([k + 0.4 - w / 2 for k in range(njobs)])
+        ax.set_xticklabels(["job %d\n+%ss, %s ms" % (k, j["start_s"], j["compute_ms"])
+                            for k, j in enumerate(runs[vars_[0]]["jobs"])])
+        ax.set_ylabel("mean epoch time (s)")
+        ax.set_title("%s: %d jobs, per-job epoch time" % (scen, njobs))
+        ax.legend(fontsize=8)
+        ax = axes[row][1]
+        ax.bar(range(len(vars_)), [runs[v]["device_bytes"] / 1e6 for v in vars_],
+               color=["C%d" % i for i in range(len(vars_))])
+        ax.set_xticks(range(len(vars_)))
+        ax.set_xticklabels([v for v in vars_])
+        ax.set_ylabel("MB read from the device (all jobs)")
+        ax.set_title("%s: device bytes (dataset %d MB)" % (scen, union[scen] / 1e6))
+    fig.tight_layout()
+    fig.savefig(sys.argv[2], dpi=80)
+    open(sys.argv[3], "w").write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
