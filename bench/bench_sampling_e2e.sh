@@ -88,7 +88,7 @@ for c in "$DATA"/*/; do
 		-v l0="$WORK/list0" -v l1="$WORK/list1" \
 		'{ if (NR <= 2 * p / 3) print d "/" $0 >>l0; if (NR > p / 3) print d "/" $0 >>l1 }'
 done
-LIST_BYTES=$(xargs -a "$WORK/list0" du -cb | tail -1 | cut -f1)
+LIST_BYTES=$(tr '\n' '\0' <"$WORK/list0" | du -cb --files0-from=- | tail -1 | cut -f1)
 echo "dataset $DATASET_BYTES bytes ($FILES files) on $DEV; overlap lists $(wc -l <"$WORK/list0") and $(wc -l <"$WORK/list1") files"
 
 # run_variant SCENARIO VARIANT: all jobs of the scenario at once; appends a
