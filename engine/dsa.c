@@ -15,10 +15,12 @@
  *     against live jobs), and an item sheds it whenever it moves anyway
  *     (drawn, or added back at an epoch end), so cells that differ only by
  *     dead jobs are the same cell to the sampler. The slot is not handed out
- *     again while its bit may remain; when no clean slot is left, or on
- *     dlshim_dsa_compact, one sweep strips every dead bit (cells merge,
- *     O(cells) plus the smaller side of each merge) for all the jobs that
- *     died since the last sweep;
+ *     again while its bit may remain. One sweep strips every dead bit (cells
+ *     merge, O(cells) plus the smaller side of each merge) for all the jobs
+ *     that died since the last one: in a round, once rounds have walked
+ *     DLSHIM_DSA_SWEEP_RATIO times the cells since a death (the unmerged
+ *     cells slow rounds down; this bounds that cost by the sweep's), when
+ *     no clean slot is left for an insertion, or on dlshim_dsa_compact;
  *   - a draw by job j removes only j's bit from the item, so the item stays
  *     in the remaining sets of the jobs that still need it: this is the
  *     paper's compensation, done in O(1);
@@ -96,6 +98,8 @@ struct dlshim_dsa {
 	struct cell *by_sig;
 	struct djob jobs[MAXJ];
 	mask_t dead;               /* removed jobs whose bits cells may still hold */
+	uint64_t walked;           /* cells walked by rounds while dead is not empty */
+	uint32_t sweep_ratio;
 	uint32_t window, stamp;
 };
 
@@ -263,6 +267,7 @@ struct dlshim_dsa *dlshim_dsa_create(uint64_t seed)
 		return NULL;
 	d->rng = seed ^ 0x6a09e667f3bcc909ULL;
 	d->window = 64;
+	d->sweep_ratio = DLSHIM_DSA_SWEEP_RATIO;
 	d->stamp = 1;
 	return d;
 }
@@ -360,6 +365,7 @@ uint32_t dlshim_dsa_job_size(const struct dlshim_dsa *d, int j) { return valid_j
 uint32_t dlshim_dsa_job_epoch(const struct dlshim_dsa *d, int j) { return valid_job(d, j) ? d->jobs[j].epoch : 0; }
 uint32_t dlshim_dsa_queued(const struct dlshim_dsa *d, int j) { return valid_job(d, j) ? d->jobs[j].qlen : 0; }
 void dlshim_dsa_set_window(struct dlshim_dsa *d, uint32_t window) { d->window = window; }
+void dlshim_dsa_set_sweep_ratio(struct dlshim_dsa *d, uint32_t ratio) { d->sweep_ratio = ratio; }
 uint32_t dlshim_dsa_ncells(const struct dlshim_dsa *d) { return d->nlive; }
 uint32_t dlshim_dsa_ndead(const struct dlshim_dsa *d)
 {
@@ -483,6 +489,7 @@ int dlshim_dsa_compact(struct dlshim_dsa *d)
 		}
 	}
 	free(todo);
+	d->walked = 0;
 	for (int j = 0; j < MAXJ; j++)
 		if (m_has(dead, j)) {
 			job_free(&d->jobs[j]);
@@ -649,8 +656,18 @@ uint32_t dlshim_dsa_round(struct dlshim_dsa *d, mask_t who, uint32_t *out)
 		m_set(&pick[0].sel, order[0]);
 		pick[0].item = alone_uniform(d, order[0]);
 		npick = first = 1;
-	} else if (n == 0 || bucket_cells(d, order, n, cum) < 0) {
+	} else if (n == 0) {
 		return 0;
+	} else {
+		/* Cells split only by dead jobs make every round walk more of
+		 * them. Once the rounds have walked sweep_ratio times the cells
+		 * (a sweep costs about that many cell visits), sweep: the extra
+		 * walking never exceeds about what the sweep costs (ski rental). */
+		if (!m_empty(d->dead) && d->sweep_ratio &&
+		    (d->walked += d->nlive) >= (uint64_t)d->sweep_ratio * d->nlive)
+			dlshim_dsa_compact(d);
+		if (bucket_cells(d, order, n, cum) < 0)
+			return 0;
 	}
 	uint64_t xprev = 0;
 	while (first < n) {

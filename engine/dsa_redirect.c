@@ -11,8 +11,6 @@
 #include "dlshim/dsa.h"
 #include "internal.h"
 
-#define DSA_COMPACT_EVERY 8
-
 void dlshim_engine_job_set_sampler(struct dlshim_engine *e, int j, enum dlshim_sampler s)
 {
 	if (j >= 0 && j < e->njobs && e->jobs[j].live && (s == DLSHIM_SAMPLER_CHUNK || s == DLSHIM_SAMPLER_DSA))
@@ -218,10 +216,6 @@ void dsa_job_end(struct dlshim_engine *e, struct job *jb)
 		for (uint32_t k = 0; q && k < n; k++)
 			q[k] = dlshim_dsa_peek(gr->dsa, slot, k);
 		dlshim_dsa_job_remove(gr->dsa, slot);
-		/* removal is lazy; sweeping every few ends frees the dead jobs'
-		 * datasets and keeps the cells few, at a fraction of the cost */
-		if (dlshim_dsa_ndead(gr->dsa) >= DSA_COMPACT_EVERY)
-			dlshim_dsa_compact(gr->dsa);
 		for (uint32_t k = 0; q && k < n; k++)
 			if (q[k] < gr->ndsa_back)
 				recount(e, gr->dsa_back[q[k]]);

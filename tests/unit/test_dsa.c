@@ -468,21 +468,22 @@ static void test_insert_delete(void **state)
  * dies, and is swept and reused several times) while two long jobs sample
  * through it all. The long jobs' epochs stay permutations, their draws
  * uniform, the two still share as often as the bound allows, and the
- * structure is sound in every state: dead bits pending, swept, reused. */
-static void test_many_deletions(void **state)
+ * structure is sound in every state: dead bits pending, swept, reused.
+ * ratio 0: only running out of slots sweeps; else rounds sweep too. */
+static void many_deletions(uint64_t seed, uint32_t ratio)
 {
-	(void)state;
 	struct rig *r = malloc(sizeof(*r));
 	assert_non_null(r);
-	rig_init(r, 43);
+	rig_init(r, seed);
+	dlshim_dsa_set_sweep_ratio(r->d, ratio);
 	uint32_t a[MAXU], n;
 	range(a, 0, 40, &n);
 	rig_add(r, a, n);
 	range(a, 20, 60, &n);
 	rig_add(r, a, n);
-	int shortj[16], nshort = 0, sweeps = 0;
-	uint32_t removed = 0, same = 0, both = 0;
-	uint64_t s = 43;
+	int shortj[16], nshort = 0, sweeps = 0, add_sweeps = 0;
+	uint32_t removed = 0, same = 0, both = 0, dead = 0;
+	uint64_t s = seed;
 	double expect = 0;
 	for (uint32_t round = 0; round < 40 * 1500; round++) {
 		s = s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -501,7 +502,7 @@ static void test_many_deletions(void **state)
 			range(a, lo, lo + len, &n);
 			shortj[nshort] = dlshim_dsa_job_add(r->d, a, n);
 			assert_true(shortj[nshort] >= 0); /* a slot is always found */
-			sweeps += dlshim_dsa_ndead(r->d) < before;
+			add_sweeps += dlshim_dsa_ndead(r->d) < before;
 			nshort++;
 		}
 		/* the long jobs draw with a random half of the short ones, or
@@ -530,12 +531,17 @@ static void test_many_deletions(void **state)
 		for (int k = 0; k < nshort; k++)
 			while (dlshim_dsa_queued(r->d, shortj[k]))
 				dlshim_dsa_next(r->d, shortj[k], 0);
+		sweeps += dlshim_dsa_ndead(r->d) < dead;
+		dead = dlshim_dsa_ndead(r->d);
 		if (round % 101 == 0)
 			check(r->d);
 	}
 	check(r->d);
 	assert_true(removed > 3 * DLSHIM_DSA_MAX_JOBS);
-	assert_true(sweeps >= 3);
+	if (ratio == 0)
+		assert_true(add_sweeps >= 3); /* every slot used, dead and swept */
+	else
+		assert_true(sweeps > 100 && add_sweeps == 0); /* rounds sweep early */
 	for (int k = 0; k < 2; k++) {
 		assert_true(r->j[k].epochs > 1000);
 		uniform(r, k);
@@ -545,6 +551,13 @@ static void test_many_deletions(void **state)
 		fail_msg("shared draws %u in %u lone rounds, expected %.1f", same, both, expect);
 	dlshim_dsa_destroy(r->d);
 	free(r);
+}
+
+static void test_many_deletions(void **state)
+{
+	(void)state;
+	many_deletions(43, 0);
+	many_deletions(44, DLSHIM_DSA_SWEEP_RATIO);
 }
 
 /* Added mid-epoch, an item is needed in the current epoch. */
