@@ -17,9 +17,11 @@
 #             of them (DLSHIM_FILELIST / BENCH_LIST); cache = half a job's
 #             dataset.
 # Memory: the jobs' processes peaked at 570 MB for four (main + 2 workers
-# each); the memory cgroup gives each job 150 MiB plus the shim's cache, in
-# every variant: all variants have the same memory, and plain PyTorch's page
-# cache gets the shim's cache plus the little the processes leave. Results: bench/results/sampling_e2e.json, docs/img/sampling-e2e.png,
+# each; 150 MiB a job got shim runs OOM-killed); the memory cgroup gives each
+# job 170 MiB plus the shim's cache, in every variant: all variants have the
+# same memory, and plain PyTorch's page cache gets the shim's cache plus what
+# the processes leave. OOM kills are recorded (a run with one is not "ok").
+# Results: bench/results/sampling_e2e.json, docs/img/sampling-e2e.png,
 # bench/results/sampling_e2e.md (tables for docs/bench-sampling.md).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,12 +32,12 @@ BUILD=${BENCH_BUILD:-$ROOT/build}
 WORK=${BENCH_WORK:-/var/tmp/dlshim-bench-e2e}
 FILES=${BENCH_FILES:-3000}
 CLASSES=10
-EPOCHS=${BENCH_EPOCHS:-3}
+EPOCHS=${BENCH_EPOCHS:-4}
 WORKERS=${BENCH_WORKERS:-2}
 PROFILE=${BENCH_PROFILE:-network:209715200:500}
 VARIANTS=${BENCH_VARIANTS:-"plain lockstep dir dsa"}
 SCENARIOS=${BENCH_SCENARIOS:-"same overlap"}
-PROC_MEM=${BENCH_PROC_MEM:-157286400}
+PROC_MEM=${BENCH_PROC_MEM:-178257920}
 # per job: compute (ms of sleep per batch of 32) and start offset (s)
 SAME_COMPUTE=(0 20 40 80)
 SAME_START=(0 3 6 9)
@@ -53,6 +55,7 @@ cleanup() {
 	[ -z "$LOOP" ] || { umount -l "$MNT"; losetup -d "$LOOP"; }
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 if ! throttle_available; then
 	echo "bench-sampling-e2e: cgroup v1 blkio/memory controllers are not writable here;" >&2
@@ -141,15 +144,17 @@ run_variant() {
 		wait "${pids[k]}" || { rc=1; echo "job $k failed:"; tail -5 "$rt/log$k"; }
 	done
 	t1=$(date +%s%N)
-	local total
+	local total ooms
 	total=$(cg_read_bytes "$cg" "$DEV")
+	ooms=$(awk '$1 == "oom_kill" { print $2; f = 1 } END { if (!f) print 0 }' "$CG_MEM/$cg/memory.oom_control")
+	[ "$ooms" = 0 ] || { rc=1; echo "   $ooms processes OOM-killed"; }
 	[ "$var" = plain ] || DLSHIM_RUNTIME_DIR=$rt "$BUILD/dlshim" stop >/dev/null 2>&1 || true
 	cg_destroy "$cg"
 	cg=
 	[ $first = 1 ] || echo "," >>"$results.tmp"
 	first=0
-	printf '{"scenario": "%s", "variant": "%s", "ok": %s, "cache_bytes": %s, "wall_s": %s, "device_bytes": %s, "jobs": [' \
-		"$scen" "$var" "$([ $rc = 0 ] && echo true || echo false)" "$cache" \
+	printf '{"scenario": "%s", "variant": "%s", "ok": %s, "oom_kills": %s, "memory_limit": %s, "cache_bytes": %s, "wall_s": %s, "device_bytes": %s, "jobs": [' \
+		"$scen" "$var" "$([ $rc = 0 ] && echo true || echo false)" "$ooms" "$mem" "$cache" \
 		"$(((t1 - t0) / 1000000000)).$(printf %03d $(((t1 - t0) / 1000000 % 1000)))" "$total" >>"$results.tmp"
 	for ((k = 0; k < n; k++)); do
 		[ $k = 0 ] || echo "," >>"$results.tmp"

@@ -64,6 +64,23 @@ def main():
                 NAMES[v], "" if r["ok"] else " (a job FAILED)", " | ".join(cells), ratio("plain"),
                 ratio("lockstep"), r["wall_s"], r["device_bytes"] / float(union[scen]), dev("plain"), dev("lockstep")))
         md.append("")
+        # Per job: plain PyTorch's own block reads (its processes' rusage),
+        # the shim's disk bytes charged to the job whose request loaded them.
+        md.append("Device bytes per job (over the job's dataset x epochs): plain = the job's own block reads "
+                  "(rusage of its processes), shim = bytes the coordinator loaded for the job's requests.\n")
+        md.append("| variant | " + " | ".join("job %d" % k for k in range(njobs)) + " | all jobs (blkio) |")
+        md.append("|" + "---|" * (njobs + 2))
+        for v in vars_:
+            cells = []
+            for j in runs[v]["jobs"]:
+                rep = j["report"] or {"epochs": [], "files": 0}
+                want = sum(e["bytes"] for e in rep["epochs"]) or 1
+                got = (sum(e.get("own_read_bytes") or 0 for e in rep["epochs"]) if v == "plain"
+                       else (j["shim"] or {}).get("bytes_from_disk", 0))
+                cells.append("%.2f" % (got / float(want)))
+            want = sum(sum(e["bytes"] for e in (j["report"] or {"epochs": []})["epochs"]) for j in runs[v]["jobs"]) or 1
+            md.append("| %s | %s | %.2f |" % (NAMES[v], " | ".join(cells), runs[v]["device_bytes"] / float(want)))
+        md.append("")
         ax = axes[row][0]
         w = 0.8 / len(vars_)
         for i, v in enumerate(vars_):
