@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # make bench-sampling-e2e: several concurrent data-loading jobs on throttled
 # storage (one device, one blkio throttle shared by all of them), per variant:
-#   plain     PyTorch, no shim, every job its own shuffle;
+#   plain     PyTorch, no shim, every job its own shuffle, with the same
+#             memory as the shim runs;
+#   plain-lowmem  the same with the memory of the shim runs less the shim's
+#             cache (bench-redirect's setting for plain PyTorch);
 #   lockstep  the shim in exact mode and every job reading the same seeded
 #             permutation (bench/loader_job.py BENCH_ORDER=shared), refcnt
 #             eviction: a file one job read is a cache hit for the others
@@ -18,9 +21,9 @@
 #             dataset.
 # Memory: the jobs' processes peaked at 570 MB for four (main + 2 workers
 # each; 150 MiB a job got shim runs OOM-killed); the memory cgroup gives each
-# job 170 MiB plus the shim's cache, in every variant: all variants have the
-# same memory, and plain PyTorch's page cache gets the shim's cache plus what
-# the processes leave. OOM kills are recorded (a run with one is not "ok").
+# job 170 MiB, plus the shim's cache in every variant but plain-lowmem. What
+# the processes leave is page cache. OOM kills are recorded (a run with one
+# is not "ok").
 # Results: bench/results/sampling_e2e.json, docs/img/sampling-e2e.png,
 # bench/results/sampling_e2e.md (tables for docs/bench-sampling.md).
 set -euo pipefail
@@ -35,7 +38,7 @@ CLASSES=10
 EPOCHS=${BENCH_EPOCHS:-4}
 WORKERS=${BENCH_WORKERS:-2}
 PROFILE=${BENCH_PROFILE:-network:209715200:500}
-VARIANTS=${BENCH_VARIANTS:-"plain lockstep dir dsa"}
+VARIANTS=${BENCH_VARIANTS:-"plain plain-lowmem lockstep dir dsa"}
 SCENARIOS=${BENCH_SCENARIOS:-"same overlap"}
 PROC_MEM=${BENCH_PROC_MEM:-178257920}
 # per job: compute (ms of sleep per batch of 32) and start offset (s)
@@ -109,20 +112,21 @@ run_variant() {
 	rt=$(mktemp -d /tmp/dlshim-e2e-rt.XXXXXX)
 	drop_caches
 	local mem=$((n * PROC_MEM + cache))
+	[ "$var" != plain-lowmem ] || mem=$((n * PROC_MEM))
 	cg_create "$cg" "$DEV" "$bps" "$iops" "$mem"
 	echo "== $scen: $var ($n jobs, cache $cache bytes, memory $mem bytes)"
 	for ((k = 0; k < n; k++)); do
 		local -a env_args=(BENCH_DEV="$DEV" BENCH_SEED=$((k + 1)) BENCH_READY="$rt/ready$k"
 			BENCH_GO="$rt/go" BENCH_DELAY="${start[k]}")
 		[ "$scen" = same ] || env_args+=(BENCH_LIST="$WORK/list$k")
-		if [ "$var" != plain ]; then
+		if [ "${var#plain}" = "$var" ]; then
 			env_args+=(LD_PRELOAD="$BUILD/libdlshim.so" DLSHIM_ROOTS="$DATA" DLSHIM_CACHE="$cache"
 				DLSHIM_RUNTIME_DIR="$rt" DLSHIM_STATS="$rt/stats$k.json" DLSHIM_IDLE_EXIT=60
 				DLSHIM_JOB="e2e-$scen-$var-$k")
 			[ "$scen" = same ] || env_args+=(DLSHIM_FILELIST="$WORK/list$k")
 		fi
 		case $var in
-		plain) ;;
+		plain | plain-lowmem) ;;
 		lockstep) env_args+=(DLSHIM_REDIRECT=off BENCH_ORDER=shared) ;;
 		dir) env_args+=(DLSHIM_REDIRECT=dir DLSHIM_SAMPLER=chunk) ;;
 		dsa) env_args+=(DLSHIM_REDIRECT=dir DLSHIM_SAMPLER=dsa) ;;
@@ -148,7 +152,7 @@ run_variant() {
 	total=$(cg_read_bytes "$cg" "$DEV")
 	ooms=$(awk '$1 == "oom_kill" { print $2; f = 1 } END { if (!f) print 0 }' "$CG_MEM/$cg/memory.oom_control")
 	[ "$ooms" = 0 ] || { rc=1; echo "   $ooms processes OOM-killed"; }
-	[ "$var" = plain ] || DLSHIM_RUNTIME_DIR=$rt "$BUILD/dlshim" stop >/dev/null 2>&1 || true
+	[ "${var#plain}" != "$var" ] || DLSHIM_RUNTIME_DIR=$rt "$BUILD/dlshim" stop >/dev/null 2>&1 || true
 	cg_destroy "$cg"
 	cg=
 	[ $first = 1 ] || echo "," >>"$results.tmp"
