@@ -37,7 +37,7 @@ DAEMON := $(BUILD)/dlshimd
 PEERS_MOD := $(BUILD)/dlshimd-peers.so
 CLI := $(BUILD)/dlshim
 
-.PHONY: demo all test unit unit-asan integration test-multinode deps bench bench-core bench-redirect bench-sampling bench-hdf5 bench-multinode fidelity install clean lint valgrind
+.PHONY: demo all test unit unit-asan integration test-multinode deps bench bench-core bench-redirect bench-sampling bench-sampling-e2e bench-hdf5 bench-multinode fidelity install clean lint valgrind
 all: $(LIB) $(DAEMON) $(PEERS_MOD) $(CLI) $(HELPER_BIN)
 
 # The README's first command: set everything up and run the multi-job demo.
@@ -205,3 +205,7 @@ bench-sampling: $(BUILD)/bench_sampling
 	$(BUILD)/bench_sampling misses bench/results/sampling_misses.csv
 	$(BUILD)/bench_sampling tree bench/results/sampling_tree.csv 128
 	/usr/bin/python3 bench/plot_sampling.py bench/results docs/img
+# End to end: concurrent jobs on throttled storage, plain vs lockstep vs dir
+# vs dsa (docs/bench-sampling.md; about 15 minutes; needs root for cgroups).
+bench-sampling-e2e: all
+	bench/bench_sampling_e2e.sh

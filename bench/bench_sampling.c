@@ -261,6 +261,56 @@ static int misses_main(const char *path)
 
 /* ---- A.4: tree operation costs ------------------------------------------------ */
 
+/* Every job reads all its queued draws. */
+static void drain(struct dlshim_dsa *d, const int *slots, int n)
+{
+	for (int j = 0; j < n; j++)
+		while (dlshim_dsa_queued(d, slots[j]))
+			dlshim_dsa_next(d, slots[j], 0);
+}
+
+struct phase {
+	double sum, max;
+};
+
+/* Remove slots[from..to) one by one, timing each. */
+static void remove_lazily(struct dlshim_dsa *d, const int *slots, int from, int to, struct phase *p)
+{
+	p->sum = p->max = 0;
+	for (int j = from; j < to; j++) {
+		double t = now();
+		dlshim_dsa_job_remove(d, slots[j]);
+		t = now() - t;
+		p->sum += t;
+		p->max = t > p->max ? t : p->max;
+	}
+}
+
+struct rounds_cost {
+	double per_item, max; /* seconds */
+};
+
+/* `rounds` rounds of all of slots[from..to). */
+static struct rounds_cost rounds_of(struct dlshim_dsa *d, const int *slots, int from, int to, int rounds)
+{
+	struct dlshim_dsa_mask who = {{0, 0}};
+	for (int j = from; j < to; j++)
+		who.w[slots[j] / 64] |= 1ULL << (slots[j] % 64);
+	uint32_t out[DLSHIM_DSA_MAX_JOBS];
+	uint64_t drawn = 0;
+	struct rounds_cost c = {0, 0};
+	double total = 0;
+	for (int r = 0; r < rounds; r++) {
+		double t = now();
+		drawn += dlshim_dsa_round(d, who, out);
+		t = now() - t;
+		total += t;
+		c.max = t > c.max ? t : c.max;
+	}
+	c.per_item = drawn ? total / (double)drawn : 0;
+	return c;
+}
+
 static int tree_main(const char *path, int njobs)
 {
 	const uint32_t universe = 4000000;
@@ -311,13 +361,45 @@ static int tree_main(const char *path, int njobs)
 	for (int r = 0; r < rounds; r++)
 		dlshim_dsa_round(d, one, out);
 	double alone = (now() - t) / rounds;
-	double del = 0, del_max = 0;
-	for (int j = 0; j < njobs; j++) {
+	/* Deletion, in quarters of the jobs. Queues are drained first (the jobs
+	 * read their draws), so the times are the tree's.
+	 *  1. remove a quarter lazily (marked dead) with rounds never sweeping:
+	 *     rounds of the rest walk cells still split by the dead jobs; then
+	 *     one explicit sweep, and rounds again;
+	 *  2. remove the next quarter lazily with the default policy: a round
+	 *     sweeps once rounds have walked DLSHIM_DSA_SWEEP_RATIO x the cells;
+	 *  3. remove the last half with a sweep right after each removal (what
+	 *     deletion cost when it merged cells at once). */
+	drain(d, slots, njobs);
+	int q1 = njobs / 4, q2 = njobs / 2, rounds2 = 400;
+	struct phase ph1, ph2;
+	dlshim_dsa_set_sweep_ratio(d, 0);
+	remove_lazily(d, slots, 0, q1, &ph1);
+	uint32_t cells_lazy = dlshim_dsa_ncells(d);
+	struct rounds_cost dead_rounds = rounds_of(d, slots, q1, njobs, rounds2);
+	t = now();
+	if (dlshim_dsa_compact(d) < 0) {
+		fprintf(stderr, "bench_sampling: compact failed\n");
+		return 1;
+	}
+	double sweep = now() - t;
+	uint32_t cells_swept = dlshim_dsa_ncells(d);
+	struct rounds_cost swept_rounds = rounds_of(d, slots, q1, njobs, rounds2);
+	dlshim_dsa_set_sweep_ratio(d, DLSHIM_DSA_SWEEP_RATIO);
+	drain(d, slots + q1, njobs - q1);
+	remove_lazily(d, slots, q1, q2, &ph2);
+	uint32_t cells_lazy2 = dlshim_dsa_ncells(d);
+	struct rounds_cost auto_rounds = rounds_of(d, slots, q2, njobs, rounds2);
+	uint32_t cells_auto = dlshim_dsa_ncells(d);
+	drain(d, slots + q2, njobs - q2);
+	double eager = 0, eager_max = 0;
+	for (int j = q2; j < njobs; j++) {
 		t = now();
 		dlshim_dsa_job_remove(d, slots[j]);
+		dlshim_dsa_compact(d);
 		t = now() - t;
-		del += t;
-		del_max = t > del_max ? t : del_max;
+		eager += t;
+		eager_max = t > eager_max ? t : eager_max;
 	}
 	FILE *f = fopen(path, "w");
 	if (f == NULL) {
@@ -335,8 +417,24 @@ static int tree_main(const char *path, int njobs)
 	fprintf(f, "sample_per_item,%.3f,us\n", samp / (double)drawn * 1e6);
 	fprintf(f, "round_all_jobs,%.1f,us\n", samp / rounds * 1e6);
 	fprintf(f, "round_one_job,%.2f,us\n", alone * 1e6);
-	fprintf(f, "delete_mean,%.6f,s\n", del / njobs);
-	fprintf(f, "delete_max,%.6f,s\n", del_max);
+	fprintf(f, "delete_mean,%.9f,s\n", (ph1.sum + ph2.sum) / (q2 ? q2 : 1));
+	fprintf(f, "delete_max,%.9f,s\n", ph1.max > ph2.max ? ph1.max : ph2.max);
+	fprintf(f, "deleted_lazily,%d,\n", q2);
+	fprintf(f, "cells_after_lazy_deletes,%u,\n", cells_lazy);
+	fprintf(f, "sample_per_item_dead_cells,%.3f,us\n", dead_rounds.per_item * 1e6);
+	fprintf(f, "round_dead_cells_max,%.1f,us\n", dead_rounds.max * 1e6);
+	fprintf(f, "sweep,%.6f,s\n", sweep);
+	fprintf(f, "sweep_jobs,%d,\n", q1);
+	fprintf(f, "cells_after_sweep,%u,\n", cells_swept);
+	fprintf(f, "sample_per_item_after_sweep,%.3f,us\n", swept_rounds.per_item * 1e6);
+	fprintf(f, "round_after_sweep_max,%.1f,us\n", swept_rounds.max * 1e6);
+	fprintf(f, "cells_before_auto_sweep,%u,\n", cells_lazy2);
+	fprintf(f, "sample_per_item_auto_sweep,%.3f,us\n", auto_rounds.per_item * 1e6);
+	fprintf(f, "round_auto_sweep_max,%.1f,us\n", auto_rounds.max * 1e6);
+	fprintf(f, "cells_after_auto_sweep,%u,\n", cells_auto);
+	fprintf(f, "rounds_after_deletes,%d,\n", rounds2);
+	fprintf(f, "delete_and_sweep_mean,%.6f,s\n", eager / (njobs - q2));
+	fprintf(f, "delete_and_sweep_max,%.6f,s\n", eager_max);
 	fclose(f);
 	free(buf);
 	dlshim_dsa_destroy(d);

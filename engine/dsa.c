@@ -10,8 +10,17 @@
  * tree drops intersections of non-suffix job sets) and makes the tree
  * operations local:
  *   - insertion adds the job's bit to its items (cells split, O(|D|));
- *   - deletion removes the bit everywhere (cells merge, O(cells) plus the
- *     smaller side of each merge);
+ *   - deletion only marks the job dead, O(1) plus its queued draws: a dead
+ *     job's bit is ignored wherever a signature is read (every test is
+ *     against live jobs), and an item sheds it whenever it moves anyway
+ *     (drawn, or added back at an epoch end), so cells that differ only by
+ *     dead jobs are the same cell to the sampler. The slot is not handed out
+ *     again while its bit may remain. One sweep strips every dead bit (cells
+ *     merge, O(cells) plus the smaller side of each merge) for all the jobs
+ *     that died since the last one: in a round, once rounds have walked
+ *     DLSHIM_DSA_SWEEP_RATIO times the cells since a death (the unmerged
+ *     cells slow rounds down; this bounds that cost by the sweep's), when
+ *     no clean slot is left for an insertion, or on dlshim_dsa_compact;
  *   - a draw by job j removes only j's bit from the item, so the item stays
  *     in the remaining sets of the jobs that still need it: this is the
  *     paper's compensation, done in O(1);
@@ -47,6 +56,7 @@ static inline void m_clr(mask_t *m, int j) { m->w[j >> 6] &= ~(1ULL << (j & 63))
 static inline int m_sup(mask_t a, mask_t b) { return (a.w[0] & b.w[0]) == b.w[0] && (a.w[1] & b.w[1]) == b.w[1]; }
 static inline int m_empty(mask_t m) { return (m.w[0] | m.w[1]) == 0; }
 static inline mask_t m_andnot(mask_t a, mask_t b) { return (mask_t){{a.w[0] & ~b.w[0], a.w[1] & ~b.w[1]}}; }
+static inline mask_t m_and(mask_t a, mask_t b) { return (mask_t){{a.w[0] & b.w[0], a.w[1] & b.w[1]}}; }
 
 struct cell {
 	mask_t sig;                /* jobs that have not drawn these items this epoch */
@@ -87,6 +97,9 @@ struct dlshim_dsa {
 	uint32_t bstart[MAXJ + 2];
 	struct cell *by_sig;
 	struct djob jobs[MAXJ];
+	mask_t dead;               /* removed jobs whose bits cells may still hold */
+	uint64_t walked;           /* cells walked by rounds while dead is not empty */
+	uint32_t sweep_ratio;
 	uint32_t window, stamp;
 };
 
@@ -228,7 +241,7 @@ static int item_add_job(struct dlshim_dsa *d, uint32_t it, int j)
 {
 	struct cell *c = d->cells[d->cell_of[it]];
 	if (c->memo_stamp != d->stamp) {
-		mask_t sig = c->sig;
+		mask_t sig = m_andnot(c->sig, d->dead);
 		m_set(&sig, j);
 		uint32_t to = cell_get(d, sig);
 		if (to == NONE)
@@ -241,7 +254,7 @@ static int item_add_job(struct dlshim_dsa *d, uint32_t it, int j)
 
 static int item_drop_jobs(struct dlshim_dsa *d, uint32_t it, mask_t jobs)
 {
-	uint32_t to = cell_get(d, m_andnot(d->cells[d->cell_of[it]]->sig, jobs));
+	uint32_t to = cell_get(d, m_andnot(m_andnot(d->cells[d->cell_of[it]]->sig, jobs), d->dead));
 	return to == NONE ? -1 : item_move(d, it, to);
 }
 
@@ -254,6 +267,7 @@ struct dlshim_dsa *dlshim_dsa_create(uint64_t seed)
 		return NULL;
 	d->rng = seed ^ 0x6a09e667f3bcc909ULL;
 	d->window = 64;
+	d->sweep_ratio = DLSHIM_DSA_SWEEP_RATIO;
 	d->stamp = 1;
 	return d;
 }
@@ -351,7 +365,12 @@ uint32_t dlshim_dsa_job_size(const struct dlshim_dsa *d, int j) { return valid_j
 uint32_t dlshim_dsa_job_epoch(const struct dlshim_dsa *d, int j) { return valid_job(d, j) ? d->jobs[j].epoch : 0; }
 uint32_t dlshim_dsa_queued(const struct dlshim_dsa *d, int j) { return valid_job(d, j) ? d->jobs[j].qlen : 0; }
 void dlshim_dsa_set_window(struct dlshim_dsa *d, uint32_t window) { d->window = window; }
+void dlshim_dsa_set_sweep_ratio(struct dlshim_dsa *d, uint32_t ratio) { d->sweep_ratio = ratio; }
 uint32_t dlshim_dsa_ncells(const struct dlshim_dsa *d) { return d->nlive; }
+uint32_t dlshim_dsa_ndead(const struct dlshim_dsa *d)
+{
+	return (uint32_t)(__builtin_popcountll(d->dead.w[0]) + __builtin_popcountll(d->dead.w[1]));
+}
 
 int dlshim_dsa_job_extend(struct dlshim_dsa *d, int j, const uint32_t *items, uint32_t n)
 {
@@ -383,17 +402,31 @@ int dlshim_dsa_job_extend(struct dlshim_dsa *d, int j, const uint32_t *items, ui
 	return 0;
 }
 
+/* A slot that is free and whose bit no cell holds (sweeping if need be). */
+static int free_slot(struct dlshim_dsa *d)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		for (int j = 0; j < MAXJ; j++)
+			if (!d->jobs[j].live && !m_has(d->dead, j))
+				return j;
+		if (m_empty(d->dead) || dlshim_dsa_compact(d) < 0)
+			return -1;
+	}
+	return -1;
+}
+
 int dlshim_dsa_job_add(struct dlshim_dsa *d, const uint32_t *items, uint32_t n)
 {
-	int j = 0;
-	while (j < MAXJ && d->jobs[j].live)
-		j++;
-	if (j == MAXJ)
+	int j = free_slot(d);
+	if (j < 0)
 		return -1;
 	d->jobs[j].live = 1;
 	d->jobs[j].epoch = 1;
 	if (dlshim_dsa_job_extend(d, j, items, n) < 0 || d->jobs[j].nds == 0) {
-		dlshim_dsa_job_remove(d, j);
+		if (d->jobs[j].nds == 0)
+			job_free(&d->jobs[j]); /* no cell holds its bit: free at once */
+		else
+			dlshim_dsa_job_remove(d, j);
 		return -1;
 	}
 	return j;
@@ -406,19 +439,30 @@ void dlshim_dsa_job_remove(struct dlshim_dsa *d, int j)
 	struct djob *jb = &d->jobs[j];
 	for (uint32_t k = 0; k < jb->qlen; k++)
 		d->pending[jb->q[(jb->qhead + k) % jb->qcap]]--;
-	/* Merge every cell holding j into the cell without j: relabel when
-	 * that one does not exist, else move the smaller side. Cells are
-	 * listed first because merging edits the live list. */
-	mask_t one = {{0, 0}};
-	m_set(&one, j);
+	/* Its bit stays in the cells until the next sweep; its memory too (the
+	 * sweep frees it: freeing megabytes here would be the slow part). */
+	jb->live = 0;
+	jb->qlen = jb->rem = 0;
+	m_set(&d->dead, j);
+}
+
+int dlshim_dsa_compact(struct dlshim_dsa *d)
+{
+	if (m_empty(d->dead))
+		return 0;
+	mask_t dead = d->dead;
+	/* Every cell holding a dead bit merges into the cell without them:
+	 * relabel when that one does not exist, else move the smaller side.
+	 * Cells are listed first because merging edits the live list. */
 	uint32_t nv = 0, *todo = malloc((d->nlive ? d->nlive : 1) * sizeof(uint32_t));
-	for (uint32_t i = 0; todo && i < d->nlive; i++)
-		if (m_has(d->cells[d->live[i]]->sig, j))
+	if (todo == NULL)
+		return -1;
+	for (uint32_t i = 0; i < d->nlive; i++)
+		if (!m_empty(m_and(d->cells[d->live[i]]->sig, dead)))
 			todo[nv++] = d->live[i];
-	uint32_t v = 0;
-	for (; todo && v < nv; v++) {
+	for (uint32_t v = 0; v < nv; v++) {
 		struct cell *c = d->cells[todo[v]];
-		mask_t sig = m_andnot(c->sig, one);
+		mask_t sig = m_andnot(c->sig, dead);
 		struct cell *t;
 		HASH_FIND(hh, d->by_sig, &sig, sizeof(sig), t);
 		if (t == NULL) {
@@ -428,8 +472,12 @@ void dlshim_dsa_job_remove(struct dlshim_dsa *d, int j)
 			continue;
 		}
 		struct cell *small = c->n <= t->n ? c : t, *big = small == c ? t : c;
-		if (grow((void **)&big->it, &big->cap, big->n + small->n, sizeof(uint32_t)) < 0)
-			break; /* out of memory: the item-by-item pass below finishes */
+		if (grow((void **)&big->it, &big->cap, big->n + small->n, sizeof(uint32_t)) < 0) {
+			/* out of memory: the cells merged so far are consistent, the
+			 * rest keep their dead bits and the jobs stay dead */
+			free(todo);
+			return -1;
+		}
 		for (uint32_t k = 0; k < small->n; k++)
 			cell_append(d, big->id, small->it[k]);
 		small->n = 0;
@@ -440,12 +488,14 @@ void dlshim_dsa_job_remove(struct dlshim_dsa *d, int j)
 			HASH_ADD(hh, d->by_sig, sig, sizeof(c->sig), c);
 		}
 	}
-	if (todo == NULL || v < nv)
-		for (uint32_t it = 0; it < d->nitems; it++)
-			if (m_has(d->cells[d->cell_of[it]]->sig, j))
-				item_drop_jobs(d, it, one);
 	free(todo);
-	job_free(jb);
+	d->walked = 0;
+	for (int j = 0; j < MAXJ; j++)
+		if (m_has(dead, j)) {
+			job_free(&d->jobs[j]);
+			m_clr(&d->dead, j);
+		}
+	return 0;
 }
 
 /* ---- sampling ------------------------------------------------------------- */
@@ -606,8 +656,18 @@ uint32_t dlshim_dsa_round(struct dlshim_dsa *d, mask_t who, uint32_t *out)
 		m_set(&pick[0].sel, order[0]);
 		pick[0].item = alone_uniform(d, order[0]);
 		npick = first = 1;
-	} else if (n == 0 || bucket_cells(d, order, n, cum) < 0) {
+	} else if (n == 0) {
 		return 0;
+	} else {
+		/* Cells split only by dead jobs make every round walk more of
+		 * them. Once the rounds have walked sweep_ratio times the cells
+		 * (a sweep costs about that many cell visits), sweep: the extra
+		 * walking never exceeds about what the sweep costs (ski rental). */
+		if (!m_empty(d->dead) && d->sweep_ratio &&
+		    (d->walked += d->nlive) >= (uint64_t)d->sweep_ratio * d->nlive)
+			dlshim_dsa_compact(d);
+		if (bucket_cells(d, order, n, cum) < 0)
+			return 0;
 	}
 	uint64_t xprev = 0;
 	while (first < n) {
@@ -702,7 +762,7 @@ uint32_t dlshim_dsa_needed(const struct dlshim_dsa *d, uint32_t it)
 {
 	if (it >= d->nitems)
 		return 0;
-	mask_t s = d->cells[d->cell_of[it]]->sig;
+	mask_t s = m_andnot(d->cells[d->cell_of[it]]->sig, d->dead);
 	return (uint32_t)(__builtin_popcountll(s.w[0]) + __builtin_popcountll(s.w[1])) + d->pending[it];
 }
 
@@ -728,8 +788,8 @@ int dlshim_dsa_check(const struct dlshim_dsa *d, char *err, size_t errlen)
 		if (h != c)
 			FAIL("cell %u not found by its signature", c->id);
 		for (int j = 0; j < MAXJ; j++)
-			if (m_has(c->sig, j) && !d->jobs[j].live)
-				FAIL("cell %u names dead job %d", c->id, j);
+			if (m_has(c->sig, j) && !d->jobs[j].live && !m_has(d->dead, j))
+				FAIL("cell %u names free slot %d", c->id, j);
 		for (uint32_t k = 0; k < c->n; k++) {
 			uint32_t it = c->it[k];
 			if (it >= d->nitems || d->cell_of[it] != c->id || d->pos[it] != k)

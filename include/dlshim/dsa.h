@@ -8,7 +8,8 @@
  *
  * Items are dense indices (dlshim_dsa_item maps a file's (dev, ino) to one).
  * Jobs are slots 0..DLSHIM_DSA_MAX_JOBS-1. Every function is O(1) in the
- * number of items except insertion (O(|D|)) and the invariant checker. Not
+ * number of items except insertion (O(|D|)), compaction and the invariant
+ * checker. Not
  * thread-safe: the caller serialises.
  */
 #ifndef DLSHIM_DSA_H
@@ -42,8 +43,22 @@ uint32_t dlshim_dsa_nitems(const struct dlshim_dsa *d);
 int dlshim_dsa_job_add(struct dlshim_dsa *d, const uint32_t *items, uint32_t n);
 /* Add items to a live job's dataset; they are needed in its current epoch. */
 int dlshim_dsa_job_extend(struct dlshim_dsa *d, int job, const uint32_t *items, uint32_t n);
-/* Delete a job: its remaining items and queue are dropped, its cells merged. */
+/* Delete a job: its remaining items and queue are dropped. O(1) plus its
+ * queue: the job is only marked dead; its cells merge (and its memory is
+ * freed) at the next compaction, which a later round, insertion or the
+ * caller runs. */
 void dlshim_dsa_job_remove(struct dlshim_dsa *d, int job);
+/* Merge the cells of every job removed since the last compaction and free
+ * their memory: O(cells + items moved), once for all of them. job_add does
+ * it when no other slot is free. 0, or -1 when out of memory (nothing lost:
+ * the dead jobs stay pending). */
+int dlshim_dsa_compact(struct dlshim_dsa *d);
+/* Removed jobs not compacted yet. */
+uint32_t dlshim_dsa_ndead(const struct dlshim_dsa *d);
+/* A round compacts once rounds since a removal have walked `ratio` times
+ * the cells (0: never; default DLSHIM_DSA_SWEEP_RATIO). */
+#define DLSHIM_DSA_SWEEP_RATIO 32
+void dlshim_dsa_set_sweep_ratio(struct dlshim_dsa *d, uint32_t ratio);
 int dlshim_dsa_job_live(const struct dlshim_dsa *d, int job);
 uint32_t dlshim_dsa_job_size(const struct dlshim_dsa *d, int job);
 /* Epochs the job has started sampling (1 after insertion). */

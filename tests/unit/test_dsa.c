@@ -454,9 +454,110 @@ static void test_insert_delete(void **state)
 		if (slot_of[k] >= 0)
 			dlshim_dsa_job_remove(r->d, slot_of[k]);
 	check(r->d);
+	for (uint32_t i = 0; i < MAXU; i++)
+		assert_int_equal(dlshim_dsa_needed(r->d, i), 0); /* dead jobs need nothing */
+	assert_int_equal(dlshim_dsa_compact(r->d), 0);
+	assert_int_equal(dlshim_dsa_ndead(r->d), 0);
+	check(r->d);
 	assert_int_equal(dlshim_dsa_ncells(r->d), 1); /* all merged back to "nobody" */
 	dlshim_dsa_destroy(r->d);
 	free(r);
+}
+
+/* Lazy deletion: hundreds of short jobs come and go (so every slot is used,
+ * dies, and is swept and reused several times) while two long jobs sample
+ * through it all. The long jobs' epochs stay permutations, their draws
+ * uniform, the two still share as often as the bound allows, and the
+ * structure is sound in every state: dead bits pending, swept, reused.
+ * ratio 0: only running out of slots sweeps; else rounds sweep too. */
+static void many_deletions(uint64_t seed, uint32_t ratio)
+{
+	struct rig *r = malloc(sizeof(*r));
+	assert_non_null(r);
+	rig_init(r, seed);
+	dlshim_dsa_set_sweep_ratio(r->d, ratio);
+	uint32_t a[MAXU], n;
+	range(a, 0, 40, &n);
+	rig_add(r, a, n);
+	range(a, 20, 60, &n);
+	rig_add(r, a, n);
+	int shortj[16], nshort = 0, sweeps = 0, add_sweeps = 0;
+	uint32_t removed = 0, same = 0, both = 0, dead = 0;
+	uint64_t s = seed;
+	double expect = 0;
+	for (uint32_t round = 0; round < 40 * 1500; round++) {
+		s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+		uint32_t v = (uint32_t)(s >> 33);
+		if (round % 7 == 0) {
+			/* one short job ends, one begins (overlapping the long ones) */
+			if (nshort == 16) {
+				int k = (int)(v % 16);
+				dlshim_dsa_job_remove(r->d, shortj[k]);
+				assert_false(dlshim_dsa_job_live(r->d, shortj[k]));
+				shortj[k] = shortj[--nshort];
+				removed++;
+			}
+			uint32_t before = dlshim_dsa_ndead(r->d);
+			uint32_t lo = (v >> 8) % 200, len = 1 + (v >> 16) % 50;
+			range(a, lo, lo + len, &n);
+			shortj[nshort] = dlshim_dsa_job_add(r->d, a, n);
+			assert_true(shortj[nshort] >= 0); /* a slot is always found */
+			add_sweeps += dlshim_dsa_ndead(r->d) < before;
+			nshort++;
+		}
+		/* the long jobs draw with a random half of the short ones, or
+		 * (every third round) alone, where their sharing is pinned down */
+		int pair = round % 3 == 0;
+		struct dlshim_dsa_mask who = {{0, 0}};
+		for (int k = 0; k < 2; k++)
+			who.w[r->j[k].slot / 64] |= 1ULL << (r->j[k].slot % 64);
+		for (int k = 0; k < nshort && !pair; k++)
+			if ((v >> k) & 1)
+				who.w[shortj[k] / 64] |= 1ULL << (shortj[k] % 64);
+		double m = remaining(&r->j[0]) > remaining(&r->j[1]) ? remaining(&r->j[0]) : remaining(&r->j[1]);
+		double p = common_remaining(&r->j[0], &r->j[1]) / m;
+		uint32_t out[DLSHIM_DSA_MAX_JOBS];
+		dlshim_dsa_round(r->d, who, out);
+		for (int k = 0; k < 2; k++)
+			note(r, k, out[r->j[k].slot]);
+		if (pair) {
+			expect += p;
+			both++;
+			same += out[r->j[0].slot] == out[r->j[1].slot];
+		}
+		for (int k = 0; k < 2; k++) /* queues grow otherwise; the test reads from out */
+			while (dlshim_dsa_queued(r->d, r->j[k].slot))
+				dlshim_dsa_next(r->d, r->j[k].slot, 0);
+		for (int k = 0; k < nshort; k++)
+			while (dlshim_dsa_queued(r->d, shortj[k]))
+				dlshim_dsa_next(r->d, shortj[k], 0);
+		sweeps += dlshim_dsa_ndead(r->d) < dead;
+		dead = dlshim_dsa_ndead(r->d);
+		if (round % 101 == 0)
+			check(r->d);
+	}
+	check(r->d);
+	assert_true(removed > 3 * DLSHIM_DSA_MAX_JOBS);
+	if (ratio == 0)
+		assert_true(add_sweeps >= 3); /* every slot used, dead and swept */
+	else
+		assert_true(sweeps > 100 && add_sweeps == 0); /* rounds sweep early */
+	for (int k = 0; k < 2; k++) {
+		assert_true(r->j[k].epochs > 1000);
+		uniform(r, k);
+	}
+	assert_true(both > 10000);
+	if (fabs(same - expect) > 5 * sqrt(expect) + 1)
+		fail_msg("shared draws %u in %u lone rounds, expected %.1f", same, both, expect);
+	dlshim_dsa_destroy(r->d);
+	free(r);
+}
+
+static void test_many_deletions(void **state)
+{
+	(void)state;
+	many_deletions(43, 0);
+	many_deletions(44, DLSHIM_DSA_SWEEP_RATIO);
 }
 
 /* Added mid-epoch, an item is needed in the current epoch. */
@@ -556,6 +657,7 @@ int main(void)
 		cmocka_unit_test(test_four_overlapping),
 		cmocka_unit_test(test_speeds_and_window),
 		cmocka_unit_test(test_insert_delete),
+		cmocka_unit_test(test_many_deletions),
 		cmocka_unit_test(test_extend),
 		cmocka_unit_test(test_needed_counts),
 		cmocka_unit_test(test_bad_input),
