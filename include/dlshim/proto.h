@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define DLSHIM_PROTO_MAGIC 0x31534c44u /* "DLS1" */
-#define DLSHIM_PROTO_VERSION 1u
+#define DLSHIM_PROTO_VERSION 2u /* 2: OPEN carries the ctime */
 #define DLSHIM_MSG_MAX (256u * 1024u)
 
 enum dlshim_msg_type {

@@ -10,7 +10,7 @@ import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MAGIC, VERSION = 0x31534C44, 1
+MAGIC, VERSION = 0x31534C44, 2
 HELLO, HELLO_OK, OPEN, OPEN_R, LOADFD, RELEASE, STATS, TEXT, STOP, ERROR, DATASET, ROWS, ROWS_R = range(1, 14)
 
 
@@ -51,7 +51,7 @@ def proto():
         "rows_r": pkt(ROWS_R, struct.pack("<IIQQQQQQ", 1, 3, 8, 65536, 16, 16, 17, 16)),
         "truncated_header": pkt(OPEN, op)[:11],
         "bad_magic": hdr(STATS, 0, magic=0xDEADBEEF),
-        "bad_version": hdr(STATS, 0, version=2),
+        "bad_version": hdr(STATS, 0, version=VERSION + 1),
         "lying_length": hdr(OPEN, 4096) + op,
         "unknown_type": hdr(200, 0),
     }
