@@ -269,8 +269,13 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 		if (rows == NULL)
 			rows = dlshim_rows_create();
 		const char *jn = dlshim_engine_job_name(D.eng, job);
+		uint64_t e0 = dlshim_rows_epochs_started(rows);
 		int64_t j = dlshim_rows_map(rows, job, dlshim_rows_name_hash(jn ? jn : ""), m->dev, m->ino, m->nrows,
 					    p.dset_hash, m->row, rc.k, chunk_resident, &rc);
+		/* Published before any mapping of the new epoch leaves: clients
+		 * drop the mappings they remember. */
+		if (dlshim_rows_epochs_started(rows) != e0)
+			dlshim_engine_rows_epoch_bump(D.eng);
 		if (j >= 0)
 			served = (uint64_t)j;
 	}

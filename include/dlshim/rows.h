@@ -55,6 +55,10 @@ int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64
 int64_t dlshim_rows_epoch(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
 			  uint64_t nrows);
 
+/* Epochs started so far by every map together (a new epoch invalidates
+ * mappings clients remember). */
+uint64_t dlshim_rows_epochs_started(const struct dlshim_rows *r);
+
 /* Forget every mapping of a job (it ended). */
 void dlshim_rows_job_end(struct dlshim_rows *r, int job);
 
