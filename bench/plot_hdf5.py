@@ -66,6 +66,7 @@ def main():
                 "| pairs and permutation ok |\n")
         f.write("|---|---|---|---|---|---|---|\n")
         f.write("\n".join(rows) + "\n")
+        f.write("\nWhat bounds each variant, and the per-row profile: docs/benchmarks.md, \"HDF5 rows\".\n")
     print("\n".join(rows))
 
 
