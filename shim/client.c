@@ -779,18 +779,19 @@ static uint64_t fast_rows(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t
 #define PAIR_DSETS 4
 struct row_pair {
 	uint64_t dev, ino, nrows, row, served, epochs;
+	uint64_t seg_id;            /* the coordinator's segment (a restarted one knows nothing of it) */
 	uint64_t dsets[PAIR_DSETS]; /* datasets that have read it */
 	unsigned ndsets, fork_gen;
 };
 static __thread struct row_pair pairs[PAIRS];
 static __thread unsigned pair_next;
 
-static struct row_pair *pair_find(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t epochs)
+static struct row_pair *pair_find(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t seg_id, uint64_t epochs)
 {
 	for (int i = 0; i < PAIRS; i++) {
 		struct row_pair *p = &pairs[i];
-		if (p->fork_gen != pair_fork_gen || p->epochs != epochs || p->row != m->row || p->dev != m->dev ||
-		    p->ino != m->ino || p->nrows != m->nrows)
+		if (p->fork_gen != pair_fork_gen || p->epochs != epochs || p->seg_id != seg_id || p->row != m->row ||
+		    p->dev != m->dev || p->ino != m->ino || p->nrows != m->nrows)
 			continue;
 		for (unsigned d = 0; d < p->ndsets; d++)
 			if (p->dsets[d] == dh)
@@ -800,11 +801,11 @@ static struct row_pair *pair_find(const struct dlshim_msg_rows *m, uint64_t dh, 
 	return NULL;
 }
 
-static void pair_put(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t served, uint64_t epochs)
+static void pair_put(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t served, uint64_t seg_id, uint64_t epochs)
 {
 	struct row_pair *p = &pairs[pair_next++ % PAIRS];
 	*p = (struct row_pair){.dev = m->dev, .ino = m->ino, .nrows = m->nrows, .row = m->row, .served = served,
-			       .epochs = epochs, .dsets = {dh}, .ndsets = 1, .fork_gen = pair_fork_gen};
+			       .epochs = epochs, .seg_id = seg_id, .dsets = {dh}, .ndsets = 1, .fork_gen = pair_fork_gen};
 }
 
 /* Serve a single redirected row from a remembered mapping and the shared
@@ -814,7 +815,7 @@ static int pair_rows(struct dlshim_msg_rows *m, uint64_t dh, void *dst, uint64_t
 	struct segment *seg = rows_segment();
 	if (seg == NULL)
 		return 0;
-	struct row_pair *p = pair_find(m, dh, dlshim_shm_rows_epochs(&seg->view));
+	struct row_pair *p = pair_find(m, dh, seg->id, dlshim_shm_rows_epochs(&seg->view));
 	uint64_t k = p ? plan_find(m, dh) : 0;
 	if (k == 0 || fast_rows(m, dh, k, p->served, 1, dst) != 1)
 		return 0;
@@ -886,7 +887,7 @@ int client_rows(const char *path, const char *dset, const struct stat *st, uint6
 		if (n == 1 && m.redirect != DLSHIM_REDIRECT_OFF && r->served < nrows) {
 			*served_out = r->served;
 			if (seg0 != NULL && seg0 == seg)
-				pair_put(&m, dh, r->served, epochs);
+				pair_put(&m, dh, r->served, seg0->id, epochs);
 		}
 		if (r->status != DLSHIM_OPEN_R_HIT)
 			return -1;
