@@ -830,6 +830,10 @@ int dlshim_engine_item_resident(struct dlshim_engine *e, uint32_t it)
 {
 	return it < e->nitems && e->items[it].state == ITEM_RESIDENT;
 }
+int dlshim_engine_item_loading(struct dlshim_engine *e, uint32_t it)
+{
+	return it < e->nitems && e->items[it].state == ITEM_LOADING;
+}
 uint32_t dlshim_engine_item_pins(struct dlshim_engine *e, uint32_t it)
 {
 	return (it < e->nitems && e->items[it].slot != NONE) ? e->sp[e->items[it].slot].pins : 0;

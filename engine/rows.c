@@ -245,6 +245,28 @@ int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64
 	return j;
 }
 
+int64_t dlshim_rows_ahead(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
+			  uint64_t nrows, uint64_t chunk_rows, uint64_t served, dlshim_rows_resident_fn resident, void *ctx)
+{
+	struct rmap *m = r ? find(r, job, job_key, dev, ino, nrows) : NULL;
+	if (m == NULL || chunk_rows == 0 || served >= m->n)
+		return -1;
+	uint64_t k = chunk_rows, nch = (m->n + k - 1) / k, c = served / k;
+	uint64_t len = m->n - c * k < k ? m->n - c * k : k, unused = 0;
+	for (uint64_t i = c * k; i < c * k + len; i++)
+		unused += !bit(m->used, i);
+	if (unused != len / 2)
+		return -1; /* once per chunk, as its second half starts */
+	for (uint64_t s = 1; s < nch; s++) {
+		uint64_t d = (c + s) % nch, dl = m->n - d * k < k ? m->n - d * k : k, i = d * k;
+		while (i < d * k + dl && !bit(m->used, i))
+			i++;
+		if (i == d * k + dl && !resident(ctx, d * k, k))
+			return (int64_t)d; /* every row unused, not in memory */
+	}
+	return -1;
+}
+
 uint64_t dlshim_rows_epochs_started(const struct dlshim_rows *r) { return r ? r->epochs : 0; }
 
 int64_t dlshim_rows_epoch(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,

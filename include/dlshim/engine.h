@@ -199,6 +199,7 @@ void dlshim_engine_cache_stats(struct dlshim_engine *e, struct dlshim_cache_stat
 /* Number of live jobs that still need `item` this epoch (RefCnt). */
 uint32_t dlshim_engine_item_refcnt(struct dlshim_engine *e, uint32_t item);
 int dlshim_engine_item_resident(struct dlshim_engine *e, uint32_t item);
+int dlshim_engine_item_loading(struct dlshim_engine *e, uint32_t item);
 uint32_t dlshim_engine_item_pins(struct dlshim_engine *e, uint32_t item);
 uint64_t dlshim_engine_segment_id(struct dlshim_engine *e);
 uint32_t dlshim_engine_find_item(struct dlshim_engine *e, uint64_t dev, uint64_t ino);

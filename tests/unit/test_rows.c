@@ -193,6 +193,37 @@ static void test_rollover_with_sparse_asks(void **st)
 	dlshim_rows_destroy(r);
 }
 
+/* Load-ahead asks for the next untouched chunk once, when the chunk being
+ * consumed reaches half its rows, and never for one in memory. */
+static void test_ahead(void **st)
+{
+	(void)st;
+	struct dlshim_rows *r = dlshim_rows_create();
+	struct sim s = {0};
+	int asked = 0;
+	for (int i = 0; i < K; i++) {
+		int64_t j = ask(r, &s, 1, (uint64_t)(37 * i + 3) % N);
+		assert_true(j >= 0 && j / K == 0); /* chunk 0 loaded by the first, then consumed */
+		int64_t c = dlshim_rows_ahead(r, 0, 42, 1, 2, N, K, (uint64_t)j, resident, &s);
+		if (i == K / 2 - 1)
+			assert_int_equal(c, 1), asked++;
+		else
+			assert_int_equal(c, -1);
+	}
+	assert_int_equal(asked, 1);
+	/* Chunk 1 came in: it is consumed next, and the candidate after it
+	 * skips chunk 2, already in memory. */
+	s.res[1] = s.res[2] = 1;
+	for (int i = 0; i < K / 2; i++) {
+		int64_t j = ask(r, &s, 1, 90 + (uint64_t)i); /* rows not asked before */
+		assert_true(j / K == 1);
+		int64_t c = dlshim_rows_ahead(r, 0, 42, 1, 2, N, K, (uint64_t)j, resident, &s);
+		assert_int_equal(c, i == K / 2 - 1 ? 3 : -1);
+	}
+	assert_int_equal(dlshim_rows_ahead(r, 9, 42, 1, 2, N, K, 0, resident, &s), -1); /* no such job */
+	dlshim_rows_destroy(r);
+}
+
 static void test_jobs_independent(void **st)
 {
 	(void)st;
@@ -253,6 +284,7 @@ int main(void)
 		cmocka_unit_test(test_reread_same_row),
 		cmocka_unit_test(test_jobs_independent),
 		cmocka_unit_test(test_rollover_with_sparse_asks),
+		cmocka_unit_test(test_ahead),
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_chunk_ids),
 	};
