@@ -134,6 +134,7 @@ void dlshim_engine_destroy(struct dlshim_engine *e)
 }
 
 uint64_t dlshim_engine_segment_id(struct dlshim_engine *e) { return e->hdr->segment_id; }
+void dlshim_engine_rows_epoch_bump(struct dlshim_engine *e) { atomic_fetch_add(&e->hdr->rows_epochs, 1); }
 
 /* ---- catalog ---------------------------------------------------------- */
 
@@ -790,6 +791,7 @@ void dlshim_engine_note_hits(struct dlshim_engine *e, int j, uint64_t n)
 	if (j >= 0 && j < e->njobs) {
 		e->jobs[j].st.requests += n;
 		e->jobs[j].st.hits += n;
+		e->jobs[j].st.row_index_hits += n;
 	}
 }
 
@@ -827,6 +829,10 @@ uint32_t dlshim_engine_item_refcnt(struct dlshim_engine *e, uint32_t it)
 int dlshim_engine_item_resident(struct dlshim_engine *e, uint32_t it)
 {
 	return it < e->nitems && e->items[it].state == ITEM_RESIDENT;
+}
+int dlshim_engine_item_loading(struct dlshim_engine *e, uint32_t it)
+{
+	return it < e->nitems && e->items[it].state == ITEM_LOADING;
 }
 uint32_t dlshim_engine_item_pins(struct dlshim_engine *e, uint32_t it)
 {

@@ -52,6 +52,7 @@ struct rmap {
 	uint8_t *used;            /* rows served this epoch */
 	uint32_t *to;             /* requested row -> served row this epoch */
 	uint64_t cursor;          /* where the last served row was: keep going from there */
+	uint64_t nmapped;         /* rows mapped this epoch */
 	int ndsets;
 	struct dset_req d[MAX_DSETS];
 };
@@ -59,6 +60,7 @@ struct rmap {
 struct dlshim_rows {
 	struct rmap **m;
 	size_t n, cap;
+	uint64_t epochs;          /* epochs started, all maps together */
 };
 
 static int bit(const uint8_t *b, uint64_t i) { return (b[i >> 3] >> (i & 7)) & 1; }
@@ -164,6 +166,7 @@ static void new_epoch(struct rmap *m)
 		memset(m->d[i].asked, 0, bytes);
 		m->d[i].nasked = 0;
 	}
+	m->nmapped = 0;
 	m->epoch++;
 }
 
@@ -220,10 +223,13 @@ int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64
 		return -1;
 	if (bit(d->asked, row)) {
 		/* Asked again: a re-read within the epoch keeps its row; once this
-		 * dataset has asked for every row, it is the next epoch. */
-		if (d->nasked < m->n && m->to[row] != UNMAPPED)
+		 * dataset has asked for every row, or every row is mapped (clients
+		 * serve a pair's second dataset from the mapping they were given,
+		 * so that dataset's own asks may be few), it is the next epoch. */
+		if (d->nasked < m->n && m->nmapped < m->n && m->to[row] != UNMAPPED)
 			return m->to[row];
 		new_epoch(m);
+		r->epochs++;
 	}
 	set_bit(d->asked, row);
 	d->nasked++;
@@ -234,9 +240,34 @@ int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64
 		return -1;
 	set_bit(m->used, (uint64_t)j);
 	m->to[row] = (uint32_t)j;
+	m->nmapped++;
 	m->cursor = (uint64_t)j;
 	return j;
 }
+
+int64_t dlshim_rows_ahead(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
+			  uint64_t nrows, uint64_t chunk_rows, uint64_t served, dlshim_rows_resident_fn resident, void *ctx)
+{
+	struct rmap *m = r ? find(r, job, job_key, dev, ino, nrows) : NULL;
+	if (m == NULL || chunk_rows == 0 || served >= m->n)
+		return -1;
+	uint64_t k = chunk_rows, nch = (m->n + k - 1) / k, c = served / k;
+	uint64_t len = m->n - c * k < k ? m->n - c * k : k, unused = 0;
+	for (uint64_t i = c * k; i < c * k + len; i++)
+		unused += !bit(m->used, i);
+	if (unused != len / 2)
+		return -1; /* once per chunk, as its second half starts */
+	for (uint64_t s = 1; s < nch; s++) {
+		uint64_t d = (c + s) % nch, dl = m->n - d * k < k ? m->n - d * k : k, i = d * k;
+		while (i < d * k + dl && !bit(m->used, i))
+			i++;
+		if (i == d * k + dl && !resident(ctx, d * k, k))
+			return (int64_t)d; /* every row unused, not in memory */
+	}
+	return -1;
+}
+
+uint64_t dlshim_rows_epochs_started(const struct dlshim_rows *r) { return r ? r->epochs : 0; }
 
 int64_t dlshim_rows_epoch(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
 			  uint64_t nrows)

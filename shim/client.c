@@ -639,6 +639,9 @@ int client_write_stats(const char *path, const char *json, size_t len)
 
 void client_atfork_prepare(void) { pthread_mutex_lock(&pool_mu); }
 void client_atfork_parent(void) { pthread_mutex_unlock(&pool_mu); }
+/* HDF5 row mappings remembered before a fork are the parent's. */
+static unsigned pair_fork_gen = 1;
+
 void client_atfork_child(void)
 {
 	/* The child must not share the parent's sockets: close its copies and
@@ -647,6 +650,7 @@ void client_atfork_child(void)
 		real.close(pool[i].fd);
 	npool = 0;
 	session_pid = 0;
+	pair_fork_gen++;
 	pthread_mutex_init(&pool_mu, NULL);
 	pthread_cond_init(&pool_cv, NULL);
 }
@@ -660,6 +664,7 @@ void client_atfork_child(void)
 struct row_plan {
 	uint64_t dev, ino, size, dset_hash, nrows, row_bytes, chunk_rows;
 	int64_t mtime_ns;
+	uint32_t redirect;        /* the chunking depends on the mode */
 };
 #define ROW_PLANS 16
 static struct row_plan row_plans[ROW_PLANS];
@@ -677,7 +682,8 @@ static uint64_t plan_find(const struct dlshim_msg_rows *m, uint64_t dh)
 	for (int i = 0; i < ROW_PLANS; i++) {
 		const struct row_plan *p = &row_plans[i];
 		if (p->chunk_rows && p->dev == m->dev && p->ino == m->ino && p->size == m->size &&
-		    p->mtime_ns == m->mtime_ns && p->dset_hash == dh && p->nrows == m->nrows && p->row_bytes == m->row_bytes)
+		    p->mtime_ns == m->mtime_ns && p->dset_hash == dh && p->nrows == m->nrows && p->row_bytes == m->row_bytes &&
+		    p->redirect == m->redirect)
 			k = p->chunk_rows;
 	}
 	pthread_mutex_unlock(&rows_mu);
@@ -690,7 +696,7 @@ static void plan_put(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t k)
 		return;
 	pthread_mutex_lock(&rows_mu);
 	row_plans[row_plan_next++ % ROW_PLANS] = (struct row_plan){m->dev, m->ino, m->size, dh, m->nrows, m->row_bytes,
-								   k, m->mtime_ns};
+								   k, m->mtime_ns, m->redirect};
 	pthread_mutex_unlock(&rows_mu);
 }
 
@@ -730,14 +736,21 @@ void client_rows_flush(void)
 		send_fast(h, b);
 }
 
+/* The session's segment, or NULL (not connected in this process yet). */
+static struct segment *rows_segment(void)
+{
+	pthread_mutex_lock(&pool_mu);
+	struct segment *seg = session_pid == getpid() ? current_seg : NULL;
+	pthread_mutex_unlock(&pool_mu);
+	return seg;
+}
+
 /* Copy rows from the chunk holding `row` if the shared index has it:
  * the number of rows copied, 0 when it must be asked for. */
 static uint64_t fast_rows(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t k, uint64_t row, uint64_t want,
 			  void *dst)
 {
-	pthread_mutex_lock(&pool_mu);
-	struct segment *seg = session_pid == getpid() ? current_seg : NULL;
-	pthread_mutex_unlock(&pool_mu);
+	struct segment *seg = rows_segment();
 	if (seg == NULL)
 		return 0;
 	uint64_t first = row / k * k, count = m->nrows - first < k ? m->nrows - first : k;
@@ -755,6 +768,60 @@ static uint64_t fast_rows(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t
 		return 0;
 	note_fast(take * m->row_bytes);
 	return take;
+}
+
+/* Row mappings (requested -> served) the coordinator gave this thread, so
+ * that the file's other datasets (labels after inputs) read the same served
+ * row without asking again. An entry is used once per dataset, only while
+ * no new redirect epoch has been published (the coordinator would answer
+ * the same), and not across fork. */
+#define PAIRS 4
+#define PAIR_DSETS 4
+struct row_pair {
+	uint64_t dev, ino, nrows, row, served, epochs;
+	uint64_t seg_id;            /* the coordinator's segment (a restarted one knows nothing of it) */
+	uint64_t dsets[PAIR_DSETS]; /* datasets that have read it */
+	unsigned ndsets, fork_gen;
+};
+static __thread struct row_pair pairs[PAIRS];
+static __thread unsigned pair_next;
+
+static struct row_pair *pair_find(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t seg_id, uint64_t epochs)
+{
+	for (int i = 0; i < PAIRS; i++) {
+		struct row_pair *p = &pairs[i];
+		if (p->fork_gen != pair_fork_gen || p->epochs != epochs || p->seg_id != seg_id || p->row != m->row ||
+		    p->dev != m->dev || p->ino != m->ino || p->nrows != m->nrows)
+			continue;
+		for (unsigned d = 0; d < p->ndsets; d++)
+			if (p->dsets[d] == dh)
+				return NULL; /* a re-read: the coordinator keeps the epoch's books */
+		return p->ndsets < PAIR_DSETS ? p : NULL;
+	}
+	return NULL;
+}
+
+static void pair_put(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t served, uint64_t seg_id, uint64_t epochs)
+{
+	struct row_pair *p = &pairs[pair_next++ % PAIRS];
+	*p = (struct row_pair){.dev = m->dev, .ino = m->ino, .nrows = m->nrows, .row = m->row, .served = served,
+			       .epochs = epochs, .seg_id = seg_id, .dsets = {dh}, .ndsets = 1, .fork_gen = pair_fork_gen};
+}
+
+/* Serve a single redirected row from a remembered mapping and the shared
+ * index: 1 when done (*served_out set), 0 when the coordinator must be asked. */
+static int pair_rows(struct dlshim_msg_rows *m, uint64_t dh, void *dst, uint64_t *served_out)
+{
+	struct segment *seg = rows_segment();
+	if (seg == NULL)
+		return 0;
+	struct row_pair *p = pair_find(m, dh, seg->id, dlshim_shm_rows_epochs(&seg->view));
+	uint64_t k = p ? plan_find(m, dh) : 0;
+	if (k == 0 || fast_rows(m, dh, k, p->served, 1, dst) != 1)
+		return 0;
+	p->dsets[p->ndsets++] = dh;
+	*served_out = p->served;
+	return 1;
 }
 
 int client_rows(const char *path, const char *dset, const struct stat *st, uint64_t nrows, uint64_t row_bytes,
@@ -780,6 +847,9 @@ int client_rows(const char *path, const char *dset, const struct stat *st, uint6
 	if (sizeof(m) + pl + dl + 2 > sizeof(msg) || pl == 0 || dl == 0)
 		return -1;
 	uint64_t dh = dlshim_rows_name_hash(dset);
+	m.row = row;
+	if (m.redirect != DLSHIM_REDIRECT_OFF && pair_rows(&m, dh, dst, served_out))
+		return 0;
 	memcpy(msg + sizeof(m) + pl + 1, dset, dl + 1);
 	memcpy(msg + sizeof(m), path, pl + 1);
 	uint64_t done = 0;
@@ -796,6 +866,10 @@ int client_rows(const char *path, const char *dset, const struct stat *st, uint6
 		int c = pool_get();
 		if (c < 0)
 			return -1;
+		/* Read before asking: a mapping is remembered only with the
+		 * epoch count it was certainly current under. */
+		struct segment *seg0 = current_seg;
+		uint64_t epochs = seg0 ? dlshim_shm_rows_epochs(&seg0->view) : 0;
 		union {
 			struct dlshim_msg_rows_r r;
 			char raw[sizeof(struct dlshim_msg_hdr) + 512];
@@ -810,8 +884,11 @@ int client_rows(const char *path, const char *dset, const struct stat *st, uint6
 		const struct dlshim_msg_rows_r *r = &b.r;
 		/* Once the coordinator has mapped the row, every way out reads the
 		 * mapped row: the file's other datasets get the same one. */
-		if (n == 1 && m.redirect != DLSHIM_REDIRECT_OFF && r->served < nrows)
+		if (n == 1 && m.redirect != DLSHIM_REDIRECT_OFF && r->served < nrows) {
 			*served_out = r->served;
+			if (seg0 != NULL && seg0 == seg)
+				pair_put(&m, dh, r->served, seg0->id, epochs);
+		}
 		if (r->status != DLSHIM_OPEN_R_HIT)
 			return -1;
 		/* Trust nothing in the reply that would copy out of the item or past
@@ -830,7 +907,7 @@ int client_rows(const char *path, const char *dset, const struct stat *st, uint6
 		}
 		if (!ok || got != (ssize_t)(take * row_bytes))
 			return -1;
-		if (m.redirect == DLSHIM_REDIRECT_OFF && r->chunk_rows && r->first % r->chunk_rows == 0)
+		if (r->chunk_rows && r->first % r->chunk_rows == 0)
 			plan_put(&m, dh, r->chunk_rows);
 		done += take;
 	}

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "h5desc.h"
 #include "h5real.h"
 #include "shim.h"
 
@@ -56,33 +57,10 @@ static int64_t mem_offset(const struct h5_fns *h, h5id ms, int64_t npts, size_t 
 	return off * (int64_t)esize;
 }
 
-/* Absolute path of the dataset's file if it is under a root. */
-static int routed_path(const struct h5_fns *h, h5id dset, char *out, size_t len)
-{
-	char name[DLSHIM_PATH_MAX], cwd[DLSHIM_PATH_MAX];
-	ssize_t n = h->Fget_name(dset, name, sizeof(name));
-	if (n <= 0 || (size_t)n >= sizeof(name))
-		return 0;
-	if (name[0] != '/' && getcwd(cwd, sizeof(cwd)) == NULL)
-		return 0;
-	long l = dlshim_path_normalize(name[0] == '/' ? NULL : cwd, name, out, len);
-	return l > 0 && dlshim_config_path_routed(&g_cfg, out, (size_t)l);
-}
-
 static int serve(const struct h5_fns *h, h5id dset, h5id mtype, h5id mspace, h5id fspace, h5id dxpl, void *buf)
 {
-	char path[DLSHIM_PATH_MAX], dname[1024];
-	if (!routed_path(h, dset, path, sizeof(path)))
-		return -1;
-	/* A file open for writing may hold rows not yet on disk. */
-	unsigned intent = 1;
-	h5id fid = h->Iget_file_id(dset);
-	if (fid < 0)
-		return -1;
-	int ir = h->Fget_intent(fid, &intent);
-	h->Fclose(fid);
-	ssize_t dn = h->Iget_name(dset, dname, sizeof(dname));
-	if (ir < 0 || intent != H5_ACC_RDONLY || dn <= 0 || (size_t)dn >= sizeof(dname))
+	struct h5_desc d;
+	if (h5_desc_get(h, dset, &d) < 0 || !d.routed)
 		return -1;
 	if (dxpl != H5_ALL && h->Pget_data_transform(dxpl, NULL, 0) > 0)
 		return -1;
@@ -110,13 +88,10 @@ static int serve(const struct h5_fns *h, h5id dset, h5id mtype, h5id mspace, h5i
 	int64_t off = mspace == H5_ALL ? (int64_t)(lo[0] * row_bytes) : mem_offset(h, mspace, npts, esize);
 	if (off < 0)
 		goto out;
-	struct stat st;
-	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode))
-		goto out;
 	uint64_t served = lo[0];
 	/* With mspace H5S_ALL the row's place in memory is its place in the
 	 * file: such a read is never redirected. */
-	rc = client_rows(path, dname, &st, dims[0], row_bytes, lo[0], hi[0] - lo[0] + 1, mspace != H5_ALL,
+	rc = client_rows(d.path, d.dname, &d.st, dims[0], row_bytes, lo[0], hi[0] - lo[0] + 1, mspace != H5_ALL,
 			 (char *)buf + off, &served);
 	if (rc < 0 && served != lo[0]) {
 		/* Mapped but not served from the cache: read the mapped row here. */

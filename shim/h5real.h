@@ -40,6 +40,7 @@ struct h5_fns {
 	ssize_t (*Pget_data_transform)(h5id, char *, size_t);
 	h5id (*Scopy)(h5id);
 	int (*Sselect_hyperslab)(h5id, int, const h5size *, const h5size *, const h5size *, const h5size *);
+	int (*Iis_valid)(h5id);
 	int usable;               /* every function found and the version is 1.10 or later */
 };
 

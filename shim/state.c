@@ -12,6 +12,7 @@
 
 #include "dlshim/proto.h"
 #include "dlshim/rundir.h"
+#include "h5desc.h"
 #include "real.h"
 #include "shim.h"
 
@@ -191,6 +192,7 @@ static void do_init(void)
 		shim_warn(W_DSA, "DLSHIM_SAMPLER=dsa has no effect without DLSHIM_REDIRECT=dir or any; reading files as requested");
 	pthread_atfork(client_atfork_prepare, client_atfork_parent, client_atfork_child);
 	pthread_atfork(fdt_atfork_prepare, fdt_atfork_parent, fdt_atfork_child);
+	pthread_atfork(h5desc_atfork_prepare, h5desc_atfork_parent, h5desc_atfork_child);
 	atexit(at_exit);
 	crash_install();
 	g_active = 1;

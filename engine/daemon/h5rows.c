@@ -4,6 +4,7 @@
  * consecutive rows. The serial HDF5 library is not thread-safe: every
  * HDF5 call holds h5_mu. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,11 @@ struct plan {
 };
 
 static pthread_mutex_t h5_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct plan plans[PLANS]; /* under h5_mu */
+/* The plans have their own lock: a request must not wait for a chunk
+ * load's H5Dread (under h5_mu) just to look its plan up. Order: plan_mu,
+ * then h5_mu, then D.mu. */
+static pthread_mutex_t plan_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct plan plans[PLANS]; /* under plan_mu */
 static uint64_t plan_clock;
 static struct dlshim_rows *rows; /* under D.mu */
 
@@ -110,7 +115,7 @@ out:
 static int get_plan(const struct dlshim_msg_rows *m, const char *path, const char *dset, struct plan *out)
 {
 	uint64_t dh = dlshim_rows_name_hash(dset);
-	pthread_mutex_lock(&h5_mu);
+	pthread_mutex_lock(&plan_mu);
 	struct plan *p = NULL, *old = &plans[0];
 	for (int i = 0; i < PLANS; i++) {
 		struct plan *q = &plans[i];
@@ -124,12 +129,14 @@ static int get_plan(const struct dlshim_msg_rows *m, const char *path, const cha
 			old = q;
 	}
 	if (p == NULL) {
+		pthread_mutex_lock(&h5_mu);
 		h5_init_locked();
 		p = old;
 		memset(p, 0, sizeof(*p));
 		hid_t f = open_checked(path, m);
 		if (f < 0) {
 			pthread_mutex_unlock(&h5_mu);
+			pthread_mutex_unlock(&plan_mu);
 			return 0; /* not cached: the file may be changing */
 		}
 		hid_t d = H5Dopen2(f, dset, H5P_DEFAULT);
@@ -141,6 +148,7 @@ static int get_plan(const struct dlshim_msg_rows *m, const char *path, const cha
 		if (d >= 0)
 			H5Dclose(d);
 		H5Fclose(f);
+		pthread_mutex_unlock(&h5_mu);
 		p->dev = m->dev, p->ino = m->ino, p->size = m->size, p->mtime_ns = m->mtime_ns;
 		p->dset_hash = dh, p->nrows = m->nrows, p->row_bytes = m->row_bytes, p->chunk = m->chunk;
 		p->redirect = m->redirect;
@@ -150,7 +158,7 @@ static int get_plan(const struct dlshim_msg_rows *m, const char *path, const cha
 	}
 	p->stamp = ++plan_clock;
 	*out = *p;
-	pthread_mutex_unlock(&h5_mu);
+	pthread_mutex_unlock(&plan_mu);
 	return out->ok;
 }
 
@@ -229,7 +237,7 @@ static void primary(const struct plan *p, uint64_t *hash, uint64_t *k)
 {
 	*hash = p->dset_hash;
 	*k = p->chunk_rows;
-	pthread_mutex_lock(&h5_mu);
+	pthread_mutex_lock(&plan_mu);
 	for (int i = 0; i < PLANS; i++) {
 		const struct plan *q = &plans[i];
 		if (q->used && q->ok && q->dev == p->dev && q->ino == p->ino && q->mtime_ns == p->mtime_ns &&
@@ -238,7 +246,7 @@ static void primary(const struct plan *p, uint64_t *hash, uint64_t *k)
 			*k = q->chunk_rows;
 		}
 	}
-	pthread_mutex_unlock(&h5_mu);
+	pthread_mutex_unlock(&plan_mu);
 }
 
 /* Called under D.mu by the row mapping. */
@@ -249,7 +257,98 @@ static int chunk_resident(void *ctx, uint64_t first, uint64_t n)
 	struct dlshim_file_id id;
 	dlshim_rows_chunk_id(c->m->dev, c->m->ino, c->m->mtime_ns, c->dset_hash, c->k, first / c->k, 0, &id);
 	uint32_t it = dlshim_engine_find_item(D.eng, id.dev, id.ino);
-	return it != DLSHIM_NO_ITEM && dlshim_engine_item_resident(D.eng, it);
+	return it != DLSHIM_NO_ITEM &&
+	       (dlshim_engine_item_resident(D.eng, it) || dlshim_engine_item_loading(D.eng, it));
+}
+
+/* Open row chunk [first, first + count) for `job`, loading it (or waiting
+ * for its load) as needed. Called and returns with D.mu held; res->kind is
+ * HIT (pinned) or PASS. */
+static void open_chunk(int job, const struct dlshim_msg_rows *m, const char *path, const char *dset,
+		       const struct dlshim_file_id *id, uint64_t first, uint64_t count, struct dlshim_open_result *res)
+{
+	unsigned flags = 0;
+	for (;;) {
+		dlshim_engine_open(D.eng, job, id, flags, res);
+		if (res->kind != DLSHIM_OPEN_WAIT)
+			break;
+		flags = DLSHIM_OPEN_F_RETRY;
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 5;
+		if (pthread_cond_timedwait(&D.loaded, &D.mu, &dl) == ETIMEDOUT) {
+			res->kind = DLSHIM_OPEN_PASS;
+			break;
+		}
+	}
+	if (res->kind == DLSHIM_OPEN_LOAD) {
+		pthread_mutex_unlock(&D.mu);
+		int ok = load_rows(path, dset, m, first, count, res->slot) == 0;
+		pthread_mutex_lock(&D.mu);
+		uint64_t gen = dlshim_engine_load_done(D.eng, job, res->item, ok);
+		pthread_cond_broadcast(&D.loaded);
+		res->kind = gen ? DLSHIM_OPEN_HIT : DLSHIM_OPEN_PASS;
+		res->gen = gen;
+	}
+}
+
+/* Load-ahead of one row chunk at a time (all jobs together): while the
+ * workers consume a chunk, the next one is read, so a redirected read
+ * rarely waits for storage. */
+static atomic_int ahead_busy;
+
+struct ahead {
+	int job;
+	struct dlshim_msg_rows m;
+	struct dlshim_file_id id;
+	uint64_t first, count;
+	char *path, *dset;
+};
+
+static void *ahead_main(void *arg)
+{
+	struct ahead *a = arg;
+	struct dlshim_open_result res;
+	pthread_mutex_lock(&D.mu);
+	open_chunk(a->job, &a->m, a->path, a->dset, &a->id, a->first, a->count, &res);
+	if (res.kind == DLSHIM_OPEN_HIT)
+		dlshim_engine_release(D.eng, a->job, res.slot, res.gen, 0, 0); /* nothing copied */
+	pthread_mutex_unlock(&D.mu);
+	free(a->path);
+	free(a->dset);
+	free(a);
+	atomic_store(&ahead_busy, 0);
+	return NULL;
+}
+
+/* Called under D.mu. */
+static void ahead_start(int job, const struct dlshim_msg_rows *m, const char *path, const char *dset,
+			const struct plan *p, uint64_t chunk)
+{
+	if (atomic_exchange(&ahead_busy, 1))
+		return;
+	struct ahead *a = calloc(1, sizeof(*a));
+	pthread_t t;
+	pthread_attr_t at;
+	if (a && (a->path = strdup(path)) && (a->dset = strdup(dset)) && pthread_attr_init(&at) == 0) {
+		a->job = job;
+		a->m = *m;
+		a->first = chunk * p->chunk_rows;
+		a->count = m->nrows - a->first < p->chunk_rows ? m->nrows - a->first : p->chunk_rows;
+		dlshim_rows_chunk_id(m->dev, m->ino, m->mtime_ns, p->dset_hash, p->chunk_rows, chunk,
+				     a->count * m->row_bytes, &a->id);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		int rc = pthread_create(&t, &at, ahead_main, a);
+		pthread_attr_destroy(&at);
+		if (rc == 0)
+			return;
+	}
+	if (a) {
+		free(a->path);
+		free(a->dset);
+	}
+	free(a);
+	atomic_store(&ahead_busy, 0);
 }
 
 void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, const char *dset,
@@ -269,10 +368,22 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 		if (rows == NULL)
 			rows = dlshim_rows_create();
 		const char *jn = dlshim_engine_job_name(D.eng, job);
+		uint64_t e0 = dlshim_rows_epochs_started(rows);
 		int64_t j = dlshim_rows_map(rows, job, dlshim_rows_name_hash(jn ? jn : ""), m->dev, m->ino, m->nrows,
 					    p.dset_hash, m->row, rc.k, chunk_resident, &rc);
+		/* Published before any mapping of the new epoch leaves: clients
+		 * drop the mappings they remember. */
+		if (dlshim_rows_epochs_started(rows) != e0)
+			dlshim_engine_rows_epoch_bump(D.eng);
 		if (j >= 0)
 			served = (uint64_t)j;
+		/* Only the dataset whose residency steers the mapping reads ahead. */
+		int64_t next = j >= 0 && rc.dset_hash == p.dset_hash
+				       ? dlshim_rows_ahead(rows, job, dlshim_rows_name_hash(jn ? jn : ""), m->dev, m->ino,
+							   m->nrows, k, served, chunk_resident, &rc)
+				       : -1;
+		if (next >= 0)
+			ahead_start(job, m, path, dset, &p, (uint64_t)next);
 	}
 	uint64_t first = served / k * k, count = m->nrows - first < k ? m->nrows - first : k;
 	struct dlshim_file_id id;
@@ -282,30 +393,8 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 		pthread_mutex_unlock(&D.mu);
 		return;
 	}
-	unsigned flags = 0;
-	for (;;) {
-		dlshim_engine_open(D.eng, job, &id, flags, res);
-		if (res->kind != DLSHIM_OPEN_WAIT)
-			break;
-		flags = DLSHIM_OPEN_F_RETRY;
-		struct timespec dl;
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_sec += 5;
-		if (pthread_cond_timedwait(&D.loaded, &D.mu, &dl) == ETIMEDOUT) {
-			res->kind = DLSHIM_OPEN_PASS;
-			break;
-		}
-	}
+	open_chunk(job, m, path, dset, &id, first, count, res);
 	pthread_mutex_unlock(&D.mu);
-	if (res->kind == DLSHIM_OPEN_LOAD) {
-		int ok = load_rows(path, dset, m, first, count, res->slot) == 0;
-		pthread_mutex_lock(&D.mu);
-		uint64_t gen = dlshim_engine_load_done(D.eng, job, res->item, ok);
-		pthread_cond_broadcast(&D.loaded);
-		pthread_mutex_unlock(&D.mu);
-		res->kind = gen ? DLSHIM_OPEN_HIT : DLSHIM_OPEN_PASS;
-		res->gen = gen;
-	}
 	r->served = served; /* also on PASS: the client then reads this row itself */
 	if (res->kind == DLSHIM_OPEN_HIT) {
 		/* Unpinned at once and the client's copy counted now: a row read

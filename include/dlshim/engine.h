@@ -71,6 +71,7 @@ struct dlshim_job_stats {
 	uint64_t bytes_from_disk, bytes_from_cache, bytes_passthrough;
 	uint64_t epochs, files_loaded, evictions;
 	uint64_t redirects, chunk_loads, bytes_consumed, loads_ahead;
+	uint64_t row_index_hits;  /* HDF5 row reads clients served through the shared index, no message */
 };
 
 /* How far an epoch's served order is from an independent shuffle
@@ -206,8 +207,11 @@ void dlshim_engine_cache_stats(struct dlshim_engine *e, struct dlshim_cache_stat
 /* Number of live jobs that still need `item` this epoch (RefCnt). */
 uint32_t dlshim_engine_item_refcnt(struct dlshim_engine *e, uint32_t item);
 int dlshim_engine_item_resident(struct dlshim_engine *e, uint32_t item);
+int dlshim_engine_item_loading(struct dlshim_engine *e, uint32_t item);
 uint32_t dlshim_engine_item_pins(struct dlshim_engine *e, uint32_t item);
 uint64_t dlshim_engine_segment_id(struct dlshim_engine *e);
 uint32_t dlshim_engine_find_item(struct dlshim_engine *e, uint64_t dev, uint64_t ino);
+/* A row redirect epoch started: publish it (shm header rows_epochs). */
+void dlshim_engine_rows_epoch_bump(struct dlshim_engine *e);
 
 #endif

@@ -55,6 +55,17 @@ int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64
 int64_t dlshim_rows_epoch(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
 			  uint64_t nrows);
 
+/* Load-ahead: after `served` was mapped, the chunk (index) to load next
+ * when the served row's chunk has just reached half its rows unused: the
+ * next chunk after it with every row unused this epoch and not `resident`.
+ * -1 when nothing is to be loaded now. */
+int64_t dlshim_rows_ahead(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
+			  uint64_t nrows, uint64_t chunk_rows, uint64_t served, dlshim_rows_resident_fn resident, void *ctx);
+
+/* Epochs started so far by every map together (a new epoch invalidates
+ * mappings clients remember). */
+uint64_t dlshim_rows_epochs_started(const struct dlshim_rows *r);
+
 /* Forget every mapping of a job (it ended). */
 void dlshim_rows_job_end(struct dlshim_rows *r, int job);
 

@@ -30,7 +30,7 @@
 #include <sys/types.h>
 
 #define DLSHIM_SHM_MAGIC 0x31484353484d4c44ULL /* "DLMHSCH1" little-endian */
-#define DLSHIM_SHM_VERSION 2u
+#define DLSHIM_SHM_VERSION 3u
 #define DLSHIM_BLOCK_SIZE (16u * 1024u)
 #define DLSHIM_NO_BLOCK UINT32_MAX
 
@@ -49,6 +49,10 @@ struct dlshim_shm_header {
 	uint64_t segment_id;    /* random per segment: tells a restarted coordinator's segment apart */
 	uint64_t nindex;        /* power of two */
 	uint64_t index_off;
+	/* Bumped by the coordinator before it hands out any row mapping of a
+	 * new HDF5 redirect epoch (any job): a client's remembered mapping is
+	 * current while this has not moved. */
+	_Atomic uint64_t rows_epochs;
 };
 
 struct dlshim_shm_index {
@@ -109,6 +113,12 @@ size_t dlshim_shm_layout(uint64_t data_bytes, uint64_t *nslots, uint64_t *nblock
  * Returns the slot and sets *gen, or -1 (absent, changed, or being reused). */
 long dlshim_shm_lookup(const struct dlshim_shm_view *v, uint64_t dev, uint64_t ino, uint64_t size, int64_t mtime_ns,
 		       int64_t ctime_ns, uint64_t *gen);
+
+/* The coordinator's count of row redirect epochs started (any job). */
+static inline uint64_t dlshim_shm_rows_epochs(const struct dlshim_shm_view *v)
+{
+	return atomic_load_explicit(&v->hdr->rows_epochs, memory_order_acquire);
+}
 
 static inline uint64_t dlshim_shm_hash(uint64_t dev, uint64_t ino)
 {

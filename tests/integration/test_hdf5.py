@@ -6,7 +6,8 @@ without it:
     selections that are not whole rows (strided, fancy/point, partial
     columns, a big-endian dataset read into native memory) for contiguous,
     chunked and gzip-compressed datasets of several dtypes, 1-D and N-D;
-  * the C API (tests/progs/h5_reader): the same shapes of reads;
+  * the C API (tests/progs/h5_reader): the same shapes of reads, and a read
+    through a closed dataset id fails as it does without the shim;
   * the cache really served rows (DLSHIM_STATS shows bytes from the cache);
   * a rewritten file is never served from its old rows;
   * a process that never uses HDF5 works unchanged and never loads libhdf5;
@@ -121,7 +122,7 @@ def main():
     T.section("C API: exact bytes")
     prog = os.path.join(T.BUILD, "progs", "h5_reader")
     for name in ["x_contig", "x_chunk", "x_gzip", "y", "grp/inner", "big_endian"]:
-        for mode in ["rows", "blocks", "all", "all-mem", "stride", "points", "cols", "native-conv"]:
+        for mode in ["rows", "blocks", "all", "all-mem", "stride", "points", "cols", "native-conv", "closed"]:
             if mode == "cols" and name == "y":
                 continue
             a = env.run([prog, h5, name, mode], shim=False)

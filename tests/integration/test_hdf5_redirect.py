@@ -6,6 +6,8 @@ than the inputs. Checked from what the Dataset received:
     and labels were redirected together;
   * each epoch is a permutation of the rows (every row exactly once);
   * rows really were redirected (redirect mode) or never (exact mode);
+  * in redirect mode, the other datasets of a sample read the row mapped
+    for the first one through the shared index, not by asking again;
   * with a cache too small for any row chunk, rows are still mapped and
     read by the program itself, and the pairs still hold.
 """
@@ -108,6 +110,12 @@ def main():
                st["bytes_from_disk"], st["bytes_from_cache"]))
         x_bytes = N * 1024 * 4
         if mode == "any" and cache != "64K":
+            # y and w of a sample read the row mapped for x from the shared
+            # index, without a message (workers that end with os._exit may
+            # not report their last batch of 64).
+            T.check(st.get("row_index_hits", 0) >= 2 * N * 3 - 2 * 64 * 3 * max(workers, 1),
+                    "%s: labels and side values read through the index without asking (%d)"
+                    % (label, st.get("row_index_hits", 0)))
             # Whole row chunks, each loaded about once per epoch.
             T.check(st["bytes_from_disk"] < 3 * x_bytes * 1.5, "%s: disk bytes close to one pass per epoch (%d)"
                     % (label, st["bytes_from_disk"]))

@@ -7,7 +7,9 @@
  * rows: each row alone (hyperslab of one row, memory space of one row);
  * blocks: runs of 7 rows; all: H5S_ALL; all-mem: row blocks into a
  * full-size buffer with mem space H5S_ALL; stride/points/cols: selections
- * that are not whole rows; native-conv: memory type double (a conversion). */
+ * that are not whole rows; native-conv: memory type double (a conversion);
+ * closed: row 0, then a read through the closed dataset id (must fail, as
+ * without the shim, which remembers ids), then row 1 through a new id. */
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +98,22 @@ int main(int argc, char **argv)
 		fwrite(db, sizeof(double), dims[0] * (rowb / es), stdout);
 		free(db);
 		total = 0;
+	} else if (strcmp(mode, "closed") == 0) {
+		cnt[0] = 1;
+		H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, cnt, NULL);
+		hid_t ms = H5Screate_simple(nd, cnt, NULL);
+		rc = H5Dread(d, t, ms, fs, H5P_DEFAULT, buf) < 0;
+		hid_t d2 = H5Dopen2(f, argv[2], H5P_DEFAULT);
+		H5Dclose(d);
+		H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+		int served = H5Dread(d, t, ms, fs, H5P_DEFAULT, buf + rowb) >= 0;
+		printf("closed id read: %s\n", served ? "served" : "refused");
+		d = d2;
+		start[0] = dims[0] > 1 ? 1 : 0;
+		H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, cnt, NULL);
+		rc = rc || d < 0 || H5Dread(d, t, ms, fs, H5P_DEFAULT, buf + rowb) < 0;
+		H5Sclose(ms);
+		total = 2 * rowb;
 	} else {
 		return fail("unknown mode");
 	}

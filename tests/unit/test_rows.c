@@ -149,6 +149,81 @@ static void test_reread_same_row(void **st)
 	dlshim_rows_destroy(r);
 }
 
+/* Clients serve a pair's second dataset from the mapping the first one
+ * got, so that dataset asks only now and then: the epoch still rolls over
+ * once every row is mapped, whichever dataset asks again first, the pair
+ * holds in the new epoch, and the rollover is counted for clients. */
+static void test_rollover_with_sparse_asks(void **st)
+{
+	(void)st;
+	struct dlshim_rows *r = dlshim_rows_create();
+	struct sim s = {0};
+	uint64_t order[N];
+	shuffle(order, N, 11u);
+	assert_int_equal(dlshim_rows_epochs_started(r), 0);
+	int64_t y3 = ask(r, &s, 2, order[3]); /* the label asks once, first */
+	for (int i = 0; i < N; i++) {
+		int64_t x = ask(r, &s, 1, order[i]);
+		if (i == 3)
+			assert_int_equal(x, y3);
+	}
+	assert_int_equal(dlshim_rows_epochs_started(r), 0);
+	int64_t x3 = ask(r, &s, 1, order[3]); /* x asks again after all rows: next epoch */
+	assert_int_equal(dlshim_rows_epoch(r, 0, 42, 1, 2, N), 1);
+	assert_int_equal(dlshim_rows_epochs_started(r), 1);
+	assert_int_equal(ask(r, &s, 2, order[3]), x3);
+	/* Epoch 1: the label dataset asks first for a row it asked in epoch 0
+	 * (it is not a re-read: x's rollover reset the books). */
+	int64_t y5 = ask(r, &s, 2, order[5]);
+	assert_int_equal(dlshim_rows_epoch(r, 0, 42, 1, 2, N), 1);
+	assert_int_equal(ask(r, &s, 1, order[5]), y5);
+	int seen[N] = {0};
+	seen[x3]++;
+	seen[y5]++;
+	for (int i = 0; i < N; i++)
+		if (i != 5 && i != 3)
+			seen[ask(r, &s, 1, order[i])]++; /* x leads, y is served by clients */
+	for (int i = 0; i < N; i++)
+		assert_int_equal(seen[i], 1);
+	/* Every row mapped: y asking its row again starts epoch 2 although y
+	 * itself asked for only two rows of epoch 1. */
+	ask(r, &s, 2, order[5]);
+	assert_int_equal(dlshim_rows_epoch(r, 0, 42, 1, 2, N), 2);
+	assert_int_equal(dlshim_rows_epochs_started(r), 2);
+	dlshim_rows_destroy(r);
+}
+
+/* Load-ahead asks for the next untouched chunk once, when the chunk being
+ * consumed reaches half its rows, and never for one in memory. */
+static void test_ahead(void **st)
+{
+	(void)st;
+	struct dlshim_rows *r = dlshim_rows_create();
+	struct sim s = {0};
+	int asked = 0;
+	for (int i = 0; i < K; i++) {
+		int64_t j = ask(r, &s, 1, (uint64_t)(37 * i + 3) % N);
+		assert_true(j >= 0 && j / K == 0); /* chunk 0 loaded by the first, then consumed */
+		int64_t c = dlshim_rows_ahead(r, 0, 42, 1, 2, N, K, (uint64_t)j, resident, &s);
+		if (i == K / 2 - 1)
+			assert_int_equal(c, 1), asked++;
+		else
+			assert_int_equal(c, -1);
+	}
+	assert_int_equal(asked, 1);
+	/* Chunk 1 came in: it is consumed next, and the candidate after it
+	 * skips chunk 2, already in memory. */
+	s.res[1] = s.res[2] = 1;
+	for (int i = 0; i < K / 2; i++) {
+		int64_t j = ask(r, &s, 1, 90 + (uint64_t)i); /* rows not asked before */
+		assert_true(j / K == 1);
+		int64_t c = dlshim_rows_ahead(r, 0, 42, 1, 2, N, K, (uint64_t)j, resident, &s);
+		assert_int_equal(c, i == K / 2 - 1 ? 3 : -1);
+	}
+	assert_int_equal(dlshim_rows_ahead(r, 9, 42, 1, 2, N, K, 0, resident, &s), -1); /* no such job */
+	dlshim_rows_destroy(r);
+}
+
 static void test_jobs_independent(void **st)
 {
 	(void)st;
@@ -208,6 +283,8 @@ int main(void)
 		cmocka_unit_test(test_rollover_resident_first),
 		cmocka_unit_test(test_reread_same_row),
 		cmocka_unit_test(test_jobs_independent),
+		cmocka_unit_test(test_rollover_with_sparse_asks),
+		cmocka_unit_test(test_ahead),
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_chunk_ids),
 	};
