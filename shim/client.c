@@ -419,6 +419,21 @@ static void pool_put(int i, int broken)
 /* The hit path: a resident, unchanged file found through the shared index
  * needs no round trip. Exact mode only (redirect decisions are the
  * coordinator's), and only once a segment is mapped in this process. */
+/* A route reading `size` bytes of slot/gen of `seg` for this process. */
+static struct route *route_to_slot(struct segment *seg, uint32_t slot, uint64_t gen, uint64_t size)
+{
+	struct route *r = route_new();
+	if (r == NULL)
+		return NULL;
+	r->slot = slot;
+	r->gen = gen;
+	r->size = size;
+	r->view = &seg->view;
+	r->owner = getpid();
+	r->session = session_id;
+	return r;
+}
+
 static struct route *fast_open(const struct stat *st)
 {
 	pthread_mutex_lock(&pool_mu);
@@ -432,15 +447,9 @@ static struct route *fast_open(const struct stat *st)
 	long s = dlshim_shm_lookup(&seg->view, v.dev, v.ino, v.size, mt, v.ctime_ns, &gen);
 	if (s < 0)
 		return NULL;
-	struct route *r = route_new();
+	struct route *r = route_to_slot(seg, (uint32_t)s, gen, (uint64_t)st->st_size);
 	if (r == NULL)
 		return NULL;
-	r->slot = (uint32_t)s;
-	r->gen = gen;
-	r->size = (uint64_t)st->st_size;
-	r->view = &seg->view;
-	r->owner = getpid();
-	r->session = session_id;
 	r->fast = 1;
 	r->dev = (uint64_t)st->st_dev;
 	r->ino = (uint64_t)st->st_ino;
@@ -506,16 +515,7 @@ struct route *client_open(int fd, const struct stat *st)
 			client_release_slot(b.r.slot, b.r.gen);
 		return NULL;
 	}
-	struct route *r = route_new();
-	if (r == NULL)
-		return NULL;
-	r->slot = b.r.slot;
-	r->gen = b.r.gen;
-	r->size = b.r.size;
-	r->view = &seg->view;
-	r->owner = getpid();
-	r->session = session_id;
-	return r;
+	return route_to_slot(seg, b.r.slot, b.r.gen, b.r.size);
 broken:
 	pool_put(c, 1);
 	return NULL;
@@ -553,16 +553,10 @@ int client_open_remote(const char *path, int flags, struct route **out)
 	/* Received close-on-exec; keep it only if the program asked for it. */
 	if (!(flags & O_CLOEXEC))
 		real.fcntl(sfd, F_SETFD, 0);
-	struct route *r = route_new();
-	if (r == NULL)
-		return sfd; /* the descriptor alone is correct, only slower */
-	r->slot = b.r.slot;
-	r->gen = b.r.gen;
-	r->size = b.r.size;
-	r->view = &seg->view;
-	r->owner = getpid();
-	r->session = session_id;
-	*out = r;
+	/* Without a route the descriptor alone is correct, only slower. */
+	*out = route_to_slot(seg, b.r.slot, b.r.gen, b.r.size);
+	if (*out == NULL)
+		client_release_slot(b.r.slot, b.r.gen);
 	return sfd;
 }
 
