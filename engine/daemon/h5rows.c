@@ -267,20 +267,7 @@ static int chunk_resident(void *ctx, uint64_t first, uint64_t n)
 static void open_chunk(int job, const struct dlshim_msg_rows *m, const char *path, const char *dset,
 		       const struct dlshim_file_id *id, uint64_t first, uint64_t count, struct dlshim_open_result *res)
 {
-	unsigned flags = 0;
-	for (;;) {
-		dlshim_engine_open(D.eng, job, id, flags, res);
-		if (res->kind != DLSHIM_OPEN_WAIT)
-			break;
-		flags = DLSHIM_OPEN_F_RETRY;
-		struct timespec dl;
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_sec += 5;
-		if (pthread_cond_timedwait(&D.loaded, &D.mu, &dl) == ETIMEDOUT) {
-			res->kind = DLSHIM_OPEN_PASS;
-			break;
-		}
-	}
+	daemon_engine_open(job, id, res);
 	if (res->kind == DLSHIM_OPEN_LOAD) {
 		pthread_mutex_unlock(&D.mu);
 		int ok = load_rows(path, dset, m, first, count, res->slot) == 0;

@@ -389,6 +389,28 @@ static int served_fd(uint32_t item, const char *path, uint32_t slot, uint64_t ge
 
 /* `remote`: the request names a file only a peer holds (OPEN_PATH in a
  * redirect mode); it has no descriptor and always needs one back. */
+void daemon_engine_open(int job, const struct dlshim_file_id *id, struct dlshim_open_result *res)
+{
+	unsigned flags = 0;
+	for (;;) {
+		dlshim_engine_open(D.eng, job, id, flags, res);
+		if (res->kind != DLSHIM_OPEN_WAIT)
+			return;
+		flags = DLSHIM_OPEN_F_RETRY;
+		/* A loader that never finishes (a stalled client holding a
+		 * NEED_FD) must not hold everyone else: give up after a while. */
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 5;
+		if (pthread_cond_timedwait(&D.loaded, &D.mu, &dl) == ETIMEDOUT) {
+			/* Decide without waiting, so that in redirect modes the
+			 * file the client reads is the one recorded as served. */
+			dlshim_engine_open(D.eng, job, id, flags | DLSHIM_OPEN_F_NOWAIT, res);
+			return;
+		}
+	}
+}
+
 static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd, int remote)
 {
 	struct dlshim_file_id id = {o->dev, o->ino, o->size, o->mtime_ns, o->ctime_ns};
@@ -397,25 +419,7 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd,
 	memset(&r, 0, sizeof(r));
 	r.status = DLSHIM_OPEN_R_PASS;
 	pthread_mutex_lock(&D.mu);
-	unsigned flags = 0;
-	for (;;) {
-		dlshim_engine_open(D.eng, c->s->job, &id, flags, &res);
-		if (res.kind != DLSHIM_OPEN_WAIT)
-			break;
-		flags = DLSHIM_OPEN_F_RETRY;
-		/* A loader that never finishes (a stalled client holding a
-		 * NEED_FD) must not hold everyone else: give up after a while and
-		 * let this client read the file itself. */
-		struct timespec dl;
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_sec += 5;
-		if (pthread_cond_timedwait(&D.loaded, &D.mu, &dl) == ETIMEDOUT) {
-			/* Decide without waiting, so that in redirect modes the
-			 * file the client reads is the one recorded as served. */
-			dlshim_engine_open(D.eng, c->s->job, &id, flags | DLSHIM_OPEN_F_NOWAIT, &res);
-			break;
-		}
-	}
+	daemon_engine_open(c->s->job, &id, &res);
 	if (res.kind == DLSHIM_OPEN_HIT)
 		session_add_pin(c->s, res.slot, res.gen);
 	const char *served_path = res.item != res.requested ? dlshim_engine_item_path(D.eng, res.item) : NULL;

@@ -119,21 +119,8 @@ static int load_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint64_t
 	*mtime = id.mtime_ns;
 	struct dlshim_open_result res;
 	int rc = 0;
-	unsigned flags = 0;
 	pthread_mutex_lock(&D.mu);
-	for (;;) {
-		dlshim_engine_open(D.eng, job, &id, flags, &res);
-		if (res.kind != DLSHIM_OPEN_WAIT)
-			break;
-		flags = DLSHIM_OPEN_F_RETRY;
-		struct timespec dl;
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_sec += 5;
-		if (pthread_cond_timedwait(&D.loaded, &D.mu, &dl) == ETIMEDOUT) {
-			res.kind = DLSHIM_OPEN_PASS;
-			break;
-		}
-	}
+	daemon_engine_open(job, &id, &res);
 	if (res.kind == DLSHIM_OPEN_HIT) {
 		*slot = res.slot;
 		*gen = res.gen;
