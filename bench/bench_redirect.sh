@@ -39,22 +39,10 @@ if ! throttle_available; then
 	echo "a benchmark without throttled storage would measure the page cache, not I/O: not running." >&2
 	exit 1
 fi
-if [ ! -d "$DATA" ]; then
-	echo "generating $FILES JPEG files of ~100 KB in $DATA"
-	$PY examples/gen_imagefolder.py --out "$DATA" --classes "$CLASSES" --per-class $((FILES / CLASSES)) --size 100 --seed 7
-fi
+imagefolder_once "$DATA" "$FILES" "$CLASSES"
 if [ "$DISK" = loop ]; then
-	IMG=$WORK/disk.img
-	MNT=$WORK/mnt
-	mkdir -p "$MNT"
-	rm -f "$IMG"
-	truncate -s $(($(du -sb "$DATA" | cut -f1) * 3 / 2 + (256 << 20))) "$IMG"
-	mkfs.ext4 -q -F "$IMG"
-	LOOP=$(losetup -f --show --direct-io=on "$IMG")
-	mount "$LOOP" "$MNT"
-	cp -a "$DATA" "$MNT/"
-	DATA=$MNT/$(basename "$DATA")
-	sync
+	loop_disk_copy "$DATA" "$WORK"
+	DATA=$LOOP_DATA
 fi
 DATASET_BYTES=$(du -sb "$DATA" | cut -f1)
 CACHE=$((DATASET_BYTES / 2))

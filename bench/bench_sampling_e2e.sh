@@ -65,22 +65,10 @@ if ! throttle_available; then
 	echo "a benchmark without throttled storage would measure the page cache, not I/O: not running." >&2
 	exit 1
 fi
-if [ ! -d "$DATA" ]; then
-	echo "generating $FILES JPEG files of ~100 KB in $DATA"
-	$PY examples/gen_imagefolder.py --out "$DATA" --classes "$CLASSES" --per-class $((FILES / CLASSES)) --size 100 --seed 7
-fi
-# The data on its own ext4 file system on a loop device (direct I/O to the
-# backing file), as bench_redirect.sh does: the benchmark owns the device.
-IMG=$WORK/disk.img
-mkdir -p "$MNT"
-rm -f "$IMG"
-truncate -s $(($(du -sb "$DATA" | cut -f1) * 3 / 2 + (256 << 20))) "$IMG"
-mkfs.ext4 -q -F "$IMG"
-LOOP=$(losetup -f --show --direct-io=on "$IMG")
-mount "$LOOP" "$MNT"
-cp -a "$DATA" "$MNT/"
-DATA=$MNT/$(basename "$DATA")
-sync
+imagefolder_once "$DATA" "$FILES" "$CLASSES"
+# The data on its own ext4 file system on a loop device, as in bench-redirect.
+loop_disk_copy "$DATA" "$WORK"
+DATA=$LOOP_DATA
 DEV=$(dev_of "$DATA")
 DATASET_BYTES=$(du -sb "$DATA" | cut -f1)
 

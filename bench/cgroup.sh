@@ -65,3 +65,30 @@ drop_caches() {
 	sync
 	echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
 }
+
+# imagefolder_once DIR FILES CLASSES: generate the benchmarks' ImageFolder of
+# ~100 KB JPEG files (seeded) unless DIR already holds it.
+imagefolder_once() {
+	[ -d "$1" ] && return 0
+	echo "generating $2 JPEG files of ~100 KB in $1"
+	$PY examples/gen_imagefolder.py --out "$1" --classes "$3" --per-class $(($2 / $3)) --size 100 --seed 7
+}
+
+# loop_disk_copy DIR WORK: copy DIR onto a fresh ext4 file system on a loop
+# device backed by WORK/disk.img with direct I/O (the host's page cache is
+# not in the way, and the benchmark owns the device it throttles), mounted at
+# WORK/mnt. Sets LOOP, MNT (the caller's cleanup: umount -l "$MNT";
+# losetup -d "$LOOP") and LOOP_DATA, the copy of DIR.
+loop_disk_copy() {
+	local img=$2/disk.img
+	MNT=$2/mnt
+	mkdir -p "$MNT"
+	rm -f "$img"
+	truncate -s $((($(du -sb "$1" | cut -f1) * 3 / 2 >> 20) + 257))M "$img" # whole MiB: loop wants whole sectors
+	mkfs.ext4 -q -F "$img"
+	LOOP=$(losetup -f --show --direct-io=on "$img")
+	mount "$LOOP" "$MNT"
+	cp -a "$1" "$MNT/"
+	LOOP_DATA=$MNT/$(basename "$1")
+	sync
+}
