@@ -620,8 +620,8 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 	if (j < 0 || j >= e->njobs || !e->jobs[j].live)
 		return;
 	struct job *jb = &e->jobs[j];
-	int retry = flags & DLSHIM_OPEN_F_RETRY;
-	if (!retry)
+	int retry = flags & DLSHIM_OPEN_F_RETRY, ahead = (flags & DLSHIM_OPEN_F_AHEAD) != 0;
+	if (!retry && !ahead)
 		jb->st.requests++;
 	uint32_t it = eng_item_get(e, id);
 	if (it == NONE) {
@@ -639,14 +639,17 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 			e->cs.stale_reloads++;
 		dlshim_engine_item_changed(e, it, id);
 	}
-	if (jb->mode != DLSHIM_REDIRECT_OFF && x->group[GKIND(jb)] != NONE) {
+	if (jb->mode != DLSHIM_REDIRECT_OFF && x->group[GKIND(jb)] != NONE && !ahead) {
 		redirect_open(e, j, it, flags, res);
 		return;
 	}
 	if (!retry) {
 		eng_job_need(e, jb, it);
-		eng_job_consume(e, jb, it, it);
+		if (!ahead)
+			eng_job_consume(e, jb, it, it);
 	}
+	if (ahead && x->state != ITEM_ABSENT)
+		return; /* resident or on its way: nothing to load */
 	if (x->state == ITEM_LOADING) {
 		if (flags & DLSHIM_OPEN_F_NOWAIT) {
 			jb->st.passthrough++; /* the client reads its own file */
@@ -661,10 +664,13 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 		return;
 	}
 	if (eng_start_load(e, jb, it) < 0) {
-		jb->st.passthrough++;
+		jb->st.passthrough += !ahead;
 		return;
 	}
-	jb->st.misses++;
+	if (ahead)
+		jb->st.loads_ahead++;
+	else
+		jb->st.misses++;
 	res->kind = DLSHIM_OPEN_LOAD;
 	res->slot = x->slot;
 }

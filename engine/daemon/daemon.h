@@ -74,7 +74,7 @@ void *conn_thread(void *arg);
 /* dlshim_engine_open for `job`, waiting (at most 5 s, then deciding without
  * waiting) while the file is being loaded by someone else: never returns
  * WAIT. Called and returns with D.mu held. */
-void daemon_engine_open(int job, const struct dlshim_file_id *id, struct dlshim_open_result *res);
+void daemon_engine_open(int job, const struct dlshim_file_id *id, unsigned flags, struct dlshim_open_result *res);
 
 /* loader.c: read `size` bytes of `fd` into the slot being loaded, in the
  * calling thread (a single file: no hand-off); 0 or -1. */

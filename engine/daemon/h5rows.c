@@ -265,9 +265,10 @@ static int chunk_resident(void *ctx, uint64_t first, uint64_t n)
  * for its load) as needed. Called and returns with D.mu held; res->kind is
  * HIT (pinned) or PASS. */
 static void open_chunk(int job, const struct dlshim_msg_rows *m, const char *path, const char *dset,
-		       const struct dlshim_file_id *id, uint64_t first, uint64_t count, struct dlshim_open_result *res)
+		       const struct dlshim_file_id *id, uint64_t first, uint64_t count, unsigned flags,
+		       struct dlshim_open_result *res)
 {
-	daemon_engine_open(job, id, res);
+	daemon_engine_open(job, id, flags, res);
 	if (res->kind == DLSHIM_OPEN_LOAD) {
 		pthread_mutex_unlock(&D.mu);
 		int ok = load_rows(path, dset, m, first, count, res->slot) == 0;
@@ -297,7 +298,7 @@ static void *ahead_main(void *arg)
 	struct ahead *a = arg;
 	struct dlshim_open_result res;
 	pthread_mutex_lock(&D.mu);
-	open_chunk(a->job, &a->m, a->path, a->dset, &a->id, a->first, a->count, &res);
+	open_chunk(a->job, &a->m, a->path, a->dset, &a->id, a->first, a->count, DLSHIM_OPEN_F_AHEAD, &res);
 	if (res.kind == DLSHIM_OPEN_HIT)
 		dlshim_engine_release(D.eng, a->job, res.slot, res.gen, 0, 0); /* nothing copied */
 	pthread_mutex_unlock(&D.mu);
@@ -380,7 +381,7 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 		pthread_mutex_unlock(&D.mu);
 		return;
 	}
-	open_chunk(job, m, path, dset, &id, first, count, res);
+	open_chunk(job, m, path, dset, &id, first, count, 0, res);
 	pthread_mutex_unlock(&D.mu);
 	r->served = served; /* also on PASS: the client then reads this row itself */
 	if (res->kind == DLSHIM_OPEN_HIT) {

@@ -389,14 +389,13 @@ static int served_fd(uint32_t item, const char *path, uint32_t slot, uint64_t ge
 
 /* `remote`: the request names a file only a peer holds (OPEN_PATH in a
  * redirect mode); it has no descriptor and always needs one back. */
-void daemon_engine_open(int job, const struct dlshim_file_id *id, struct dlshim_open_result *res)
+void daemon_engine_open(int job, const struct dlshim_file_id *id, unsigned flags, struct dlshim_open_result *res)
 {
-	unsigned flags = 0;
 	for (;;) {
 		dlshim_engine_open(D.eng, job, id, flags, res);
 		if (res->kind != DLSHIM_OPEN_WAIT)
 			return;
-		flags = DLSHIM_OPEN_F_RETRY;
+		flags |= DLSHIM_OPEN_F_RETRY;
 		/* A loader that never finishes (a stalled client holding a
 		 * NEED_FD) must not hold everyone else: give up after a while. */
 		struct timespec dl;
@@ -419,7 +418,7 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd,
 	memset(&r, 0, sizeof(r));
 	r.status = DLSHIM_OPEN_R_PASS;
 	pthread_mutex_lock(&D.mu);
-	daemon_engine_open(c->s->job, &id, &res);
+	daemon_engine_open(c->s->job, &id, 0, &res);
 	if (res.kind == DLSHIM_OPEN_HIT)
 		session_add_pin(c->s, res.slot, res.gen);
 	const char *served_path = res.item != res.requested ? dlshim_engine_item_path(D.eng, res.item) : NULL;

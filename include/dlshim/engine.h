@@ -165,6 +165,11 @@ int dlshim_engine_njobs(struct dlshim_engine *e);   /* ids are 0..njobs-1, live 
 
 #define DLSHIM_OPEN_F_RETRY 1u  /* asking again after WAIT: not a new request */
 #define DLSHIM_OPEN_F_NOWAIT 2u /* waited too long: decide now (HIT, a load or PASS), never WAIT */
+/* Exact-mode load ahead of demand (HDF5 row chunks): the job will need the
+ * file but has not read it, so it is needed, not consumed (RefCnt keeps it
+ * until read); LOAD if absent, else PASS (nothing to do), never WAIT or a
+ * hit; counted in loads_ahead, not as a request or a miss. */
+#define DLSHIM_OPEN_F_AHEAD 4u
 
 /* Request the file `id` for `job`. Never blocks. */
 void dlshim_engine_open(struct dlshim_engine *e, int job, const struct dlshim_file_id *id,

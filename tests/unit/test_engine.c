@@ -801,6 +801,38 @@ static void test_refcnt_open_undeclared(void **state)
 	assert_int_equal(dlshim_engine_item_refcnt(f->e, ib), 1);
 }
 
+/* A load ahead of demand (HDF5 row chunks) is needed but not consumed, so
+ * RefCnt keeps it until it is read; it is neither a request nor a miss, and
+ * never waits or hits. */
+static void test_load_ahead(void **state)
+{
+	struct fx *f = *state;
+	struct dlshim_file_id B = F(2);
+	struct dlshim_open_result r, r2;
+	open_x(f, f->job, &B, DLSHIM_OPEN_F_AHEAD, &r, DLSHIM_OPEN_LOAD);
+	assert_int_equal(jstats(f, f->job).requests, 0);
+	assert_int_equal(jstats(f, f->job).misses, 0);
+	assert_int_equal(jstats(f, f->job).loads_ahead, 1);
+	assert_int_equal(dlshim_engine_item_refcnt(f->e, r.item), 1);
+	/* On its way: a second load ahead has nothing to do. */
+	open_x(f, f->job, &B, DLSHIM_OPEN_F_AHEAD, &r2, DLSHIM_OPEN_PASS);
+	fill(f, r.slot, &B);
+	uint64_t g = dlshim_engine_load_done(f->e, f->job, r.item, 1);
+	assert_int_not_equal(g, 0);
+	assert_int_equal(dlshim_engine_release(f->e, f->job, r.slot, g, 0, 0), 0);
+	open_x(f, f->job, &B, DLSHIM_OPEN_F_AHEAD, &r2, DLSHIM_OPEN_PASS);
+	assert_int_equal(jstats(f, f->job).hits, 0);
+	assert_int_equal(jstats(f, f->job).loads_ahead, 1);
+	assert_int_equal(dlshim_engine_item_refcnt(f->e, r.item), 1);
+	/* The real read: a hit, and now consumed. */
+	open_x(f, f->job, &B, 0, &r2, DLSHIM_OPEN_HIT);
+	verify(f, r2.slot, r2.gen, &B);
+	assert_int_equal(jstats(f, f->job).requests, 1);
+	assert_int_equal(jstats(f, f->job).hits, 1);
+	assert_int_equal(dlshim_engine_item_refcnt(f->e, r.item), 0);
+	assert_int_equal(dlshim_engine_release(f->e, f->job, r2.slot, r2.gen, 0, 0), 0);
+}
+
 /* Sessions: two attaches need two detaches; names, find and live flags follow. */
 static void test_job_sessions(void **state)
 {
@@ -1039,6 +1071,7 @@ int main(void)
 		cmocka_unit_test(test_order_random),
 		T(test_refcnt_two_jobs, setup_refcnt),
 		T(test_refcnt_open_undeclared, setup_refcnt),
+		T(test_load_ahead, setup_refcnt),
 		T(test_job_sessions, setup_refcnt),
 		T(test_job_table_full, setup_refcnt),
 		T(test_stats, setup_lru),

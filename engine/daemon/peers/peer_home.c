@@ -120,7 +120,7 @@ static int load_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint64_t
 	struct dlshim_open_result res;
 	int rc = 0;
 	pthread_mutex_lock(&D.mu);
-	daemon_engine_open(job, &id, &res);
+	daemon_engine_open(job, &id, 0, &res);
 	if (res.kind == DLSHIM_OPEN_HIT) {
 		*slot = res.slot;
 		*gen = res.gen;
