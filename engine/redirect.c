@@ -535,6 +535,25 @@ static void remember(struct job *jb, uint32_t req, uint32_t served, uint32_t epo
 	m->epoch = epoch;
 }
 
+/* The file served for `req` could not be delivered (its load failed, its
+ * home node is gone, it changed at open): it stays consumed for this group
+ * epoch (it is unavailable), and the request's decision is dropped so that
+ * the next open of `req` decides anew. */
+int dlshim_engine_forget_served(struct dlshim_engine *e, int j, uint32_t req)
+{
+	if (j < 0 || j >= e->njobs || !e->jobs[j].live || req >= e->nitems)
+		return 0;
+	struct job *jb = &e->jobs[j];
+	struct remap *m;
+	HASH_FIND(hh, jb->remaps, &req, sizeof(req), m);
+	if (m == NULL)
+		return 0; /* not decided by redirection (exact mode, outside the dataset) */
+	HASH_DEL(jb->remaps, m);
+	free(m);
+	jb->st.redecided++;
+	return 1;
+}
+
 void redirect_open(struct dlshim_engine *e, int j, uint32_t req, unsigned flags, struct dlshim_open_result *res)
 {
 	int nowait = (flags & DLSHIM_OPEN_F_NOWAIT) != 0;

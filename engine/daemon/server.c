@@ -410,109 +410,132 @@ void daemon_engine_open(int job, const struct dlshim_file_id *id, unsigned flags
 	}
 }
 
+/* Attempts at serving one redirected request (see handle_open). */
+#define REDECIDE_MAX 8
+
 static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd, int remote)
 {
 	struct dlshim_file_id id = {o->dev, o->ino, o->size, o->mtime_ns, o->ctime_ns};
 	static __thread struct dlshim_open_result res;
 	struct dlshim_msg_open_r r;
-	memset(&r, 0, sizeof(r));
-	r.status = DLSHIM_OPEN_R_PASS;
-	pthread_mutex_lock(&D.mu);
-	daemon_engine_open(c->s->job, &id, 0, &res);
-	if (res.kind == DLSHIM_OPEN_HIT)
-		session_add_pin(c->s, res.slot, res.gen);
-	const char *served_path = res.item != res.requested ? dlshim_engine_item_path(D.eng, res.item) : NULL;
-	pthread_mutex_unlock(&D.mu);
-
-	if (res.kind == DLSHIM_OPEN_LOAD && remote) {
-		/* A remote file loaded alone (outside the job's groups). */
-		struct dlshim_open_result *one = malloc(sizeof(*one));
-		uint64_t gen = 0;
-		if (one) {
-			*one = (struct dlshim_open_result){.kind = DLSHIM_OPEN_LOAD_CHUNK, .item = res.item, .nload = 1};
-			one->load_item[0] = res.item;
-			one->load_slot[0] = res.slot;
-			gen = load_chunk(c, one, res.item);
-			free(one);
-		} else {
-			pthread_mutex_lock(&D.mu);
-			dlshim_engine_load_done(D.eng, c->s->job, res.item, 0);
-			pthread_cond_broadcast(&D.loaded);
-			pthread_mutex_unlock(&D.mu);
-		}
-		res.kind = gen ? DLSHIM_OPEN_HIT : DLSHIM_OPEN_PASS;
-		res.gen = gen;
-	} else if (res.kind == DLSHIM_OPEN_LOAD) {
-		/* The client's own descriptor: sent with the OPEN, or asked for. */
-		int fd = ofd, ok = 1;
-		ofd = -1;
-		if (fd < 0) {
-			r.status = DLSHIM_OPEN_R_NEED_FD;
-			ok = reply(c, DLSHIM_MSG_OPEN_R, &r, sizeof(r), -1) == 0;
-			struct dlshim_msg_hdr h;
-			uint64_t tmp[8];
-			/* A client that stops answering here would hold everyone
-			 * waiting for this file: 5 s, then the load fails. */
-			struct timeval tv = {5, 0}, none = {0, 0};
-			setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-			if (ok)
-				ok = receive(c, tmp, sizeof(tmp), &h, &fd) == 0 && h.type == DLSHIM_MSG_LOADFD && fd >= 0;
-			setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
-		}
-		if (ok)
-			ok = load_from(fd, o, res.slot) == 0;
-		if (fd >= 0)
-			close(fd);
-		pthread_mutex_lock(&D.mu);
-		uint64_t gen = dlshim_engine_load_done(D.eng, c->s->job, res.item, ok);
-		if (gen) {
-			session_add_pin(c->s, res.slot, gen);
-			res.kind = DLSHIM_OPEN_HIT;
-			res.gen = gen;
-		} else {
-			res.kind = DLSHIM_OPEN_PASS;
-		}
-		pthread_cond_broadcast(&D.loaded);
-		pthread_mutex_unlock(&D.mu);
+	int sfd = -1;
+	/* In redirect modes a served file that cannot be delivered is decided
+	 * again (it stays consumed: it is unavailable), a few times at most:
+	 * the client never reads a file the engine did not record as served
+	 * while another attempt can still succeed. */
+	for (int attempt = 0;; attempt++) {
+		memset(&r, 0, sizeof(r));
 		r.status = DLSHIM_OPEN_R_PASS;
-	}
-	if (ofd >= 0)
-		close(ofd);
-	if (res.nload > 0 && res.ahead) {
-		/* handled after the reply */
-	} else if (res.nload > 0) {
-		uint64_t gen = load_chunk(c, &res, res.kind == DLSHIM_OPEN_LOAD_CHUNK ? res.item : UINT32_MAX);
-		if (res.kind == DLSHIM_OPEN_LOAD_CHUNK) {
+		sfd = -1;
+		pthread_mutex_lock(&D.mu);
+		daemon_engine_open(c->s->job, &id, attempt ? DLSHIM_OPEN_F_RETRY : 0, &res);
+		if (res.kind == DLSHIM_OPEN_HIT)
+			session_add_pin(c->s, res.slot, res.gen);
+		const char *served_path = res.item != res.requested ? dlshim_engine_item_path(D.eng, res.item) : NULL;
+		pthread_mutex_unlock(&D.mu);
+
+		if (res.kind == DLSHIM_OPEN_LOAD && remote) {
+			/* A remote file loaded alone (outside the job's groups). */
+			struct dlshim_open_result *one = malloc(sizeof(*one));
+			uint64_t gen = 0;
+			if (one) {
+				*one = (struct dlshim_open_result){.kind = DLSHIM_OPEN_LOAD_CHUNK, .item = res.item, .nload = 1};
+				one->load_item[0] = res.item;
+				one->load_slot[0] = res.slot;
+				gen = load_chunk(c, one, res.item);
+				free(one);
+			} else {
+				pthread_mutex_lock(&D.mu);
+				dlshim_engine_load_done(D.eng, c->s->job, res.item, 0);
+				pthread_cond_broadcast(&D.loaded);
+				pthread_mutex_unlock(&D.mu);
+			}
 			res.kind = gen ? DLSHIM_OPEN_HIT : DLSHIM_OPEN_PASS;
 			res.gen = gen;
-			for (uint32_t i = 0; i < res.nload; i++)
-				if (res.load_item[i] == res.item)
-					res.slot = res.load_slot[i];
-		}
-	}
-	if (res.kind == DLSHIM_OPEN_HIT) {
-		r.status = DLSHIM_OPEN_R_HIT;
-		r.item = res.item;
-		r.slot = res.slot;
-		r.gen = res.gen;
-		r.size = res.size;
-	}
-	/* A redirected request gets a descriptor of the file actually served,
-	 * so everything the shim does not intercept sees the same bytes. */
-	int sfd = -1;
-	if ((res.item != res.requested || remote) && res.item != UINT32_MAX) {
-		sfd = served_fd(res.item, served_path ? served_path : "", r.slot, r.gen, r.status == DLSHIM_OPEN_R_HIT);
-		if (sfd >= 0) {
-			r.flags |= DLSHIM_OPEN_R_F_FD;
-		} else if (r.status == DLSHIM_OPEN_R_HIT) {
-			/* Cannot hand over the served file: give the pin back and
-			 * let the client read its own file. */
+		} else if (res.kind == DLSHIM_OPEN_LOAD) {
+			/* The client's own descriptor: sent with the OPEN, or asked for. */
+			int fd = ofd, ok = 1;
+			ofd = -1;
+			if (fd < 0) {
+				r.status = DLSHIM_OPEN_R_NEED_FD;
+				ok = reply(c, DLSHIM_MSG_OPEN_R, &r, sizeof(r), -1) == 0;
+				struct dlshim_msg_hdr h;
+				uint64_t tmp[8];
+				/* A client that stops answering here would hold everyone
+				 * waiting for this file: 5 s, then the load fails. */
+				struct timeval tv = {5, 0}, none = {0, 0};
+				setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+				if (ok)
+					ok = receive(c, tmp, sizeof(tmp), &h, &fd) == 0 && h.type == DLSHIM_MSG_LOADFD && fd >= 0;
+				setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
+			}
+			if (ok)
+				ok = load_from(fd, o, res.slot) == 0;
+			if (fd >= 0)
+				close(fd);
 			pthread_mutex_lock(&D.mu);
-			if (session_drop_pin(c->s, r.slot, r.gen) == 0)
-				dlshim_engine_release(D.eng, c->s->job, r.slot, r.gen, 0, 0);
+			uint64_t gen = dlshim_engine_load_done(D.eng, c->s->job, res.item, ok);
+			if (gen) {
+				session_add_pin(c->s, res.slot, gen);
+				res.kind = DLSHIM_OPEN_HIT;
+				res.gen = gen;
+			} else {
+				res.kind = DLSHIM_OPEN_PASS;
+			}
+			pthread_cond_broadcast(&D.loaded);
 			pthread_mutex_unlock(&D.mu);
 			r.status = DLSHIM_OPEN_R_PASS;
 		}
+		if (ofd >= 0)
+			close(ofd);
+		ofd = -1;
+		if (res.nload > 0 && res.ahead) {
+			/* handled after the reply */
+		} else if (res.nload > 0) {
+			uint64_t gen = load_chunk(c, &res, res.kind == DLSHIM_OPEN_LOAD_CHUNK ? res.item : UINT32_MAX);
+			if (res.kind == DLSHIM_OPEN_LOAD_CHUNK) {
+				res.kind = gen ? DLSHIM_OPEN_HIT : DLSHIM_OPEN_PASS;
+				res.gen = gen;
+				for (uint32_t i = 0; i < res.nload; i++)
+					if (res.load_item[i] == res.item)
+						res.slot = res.load_slot[i];
+			}
+		}
+		if (res.kind == DLSHIM_OPEN_HIT) {
+			r.status = DLSHIM_OPEN_R_HIT;
+			r.item = res.item;
+			r.slot = res.slot;
+			r.gen = res.gen;
+			r.size = res.size;
+		}
+		/* A redirected request gets a descriptor of the file actually served,
+		 * so everything the shim does not intercept sees the same bytes. */
+		if ((res.item != res.requested || remote) && res.item != UINT32_MAX) {
+			sfd = served_fd(res.item, served_path ? served_path : "", r.slot, r.gen, r.status == DLSHIM_OPEN_R_HIT);
+			if (sfd >= 0) {
+				r.flags |= DLSHIM_OPEN_R_F_FD;
+			} else {
+				/* Cannot hand over the served file: give the pin back;
+				 * decide again, or (exact mode, out of attempts) let the
+				 * client read its own file. */
+				int again = 0;
+				pthread_mutex_lock(&D.mu);
+				if (r.status == DLSHIM_OPEN_R_HIT && session_drop_pin(c->s, r.slot, r.gen) == 0)
+					dlshim_engine_release(D.eng, c->s->job, r.slot, r.gen, 0, 0);
+				if (attempt + 1 < REDECIDE_MAX && res.requested != UINT32_MAX)
+					again = dlshim_engine_forget_served(D.eng, c->s->job, res.requested);
+				pthread_mutex_unlock(&D.mu);
+				r.status = DLSHIM_OPEN_R_PASS;
+				if (again) {
+					dlog(DLSHIM_LOG_DEBUG, "served file %u of request %u cannot be delivered; deciding again",
+					     res.item, res.requested);
+					if (res.nload > 0 && res.ahead)
+						start_ahead(c, &res);
+					continue;
+				}
+			}
+		}
+		break;
 	}
 	if (r.status == DLSHIM_OPEN_R_HIT)
 		peer_module_note_served(r.item);

@@ -42,7 +42,7 @@ static void job_obj(struct out *o, int j)
 	    "{\"job\":\"%s\",\"live\":%s,\"sampler\":\"%s\",\"sessions\":%d,\"requests\":%llu,\"hits\":%llu,\"misses\":%llu,"
 	    "\"waits\":%llu,\"passthrough\":%llu,\"bytes_from_cache\":%llu,\"bytes_from_disk\":%llu,"
 	    "\"bytes_passthrough\":%llu,\"epochs\":%llu,\"files_loaded\":%llu,\"evictions\":%llu,"
-	    "\"redirects\":%llu,\"chunk_loads\":%llu,\"loads_ahead\":%llu,\"bytes_consumed\":%llu,\"row_index_hits\":%llu,\"io_efficiency\":%.4f",
+	    "\"redirects\":%llu,\"chunk_loads\":%llu,\"loads_ahead\":%llu,\"bytes_consumed\":%llu,\"row_index_hits\":%llu,\"redecided\":%llu,\"io_efficiency\":%.4f",
 	    dlshim_engine_job_name(D.eng, j), dlshim_engine_job_live(D.eng, j) ? "true" : "false",
 	    dlshim_sampler_name(dlshim_engine_job_sampler(D.eng, j)), job_sessions(j),
 	    (unsigned long long)st.requests, (unsigned long long)st.hits, (unsigned long long)st.misses,
@@ -53,6 +53,7 @@ static void job_obj(struct out *o, int j)
 	    (unsigned long long)st.redirects, (unsigned long long)st.chunk_loads,
 	    (unsigned long long)st.loads_ahead,
 	    (unsigned long long)st.bytes_consumed, (unsigned long long)st.row_index_hits,
+	    (unsigned long long)st.redecided,
 	    st.bytes_from_disk ? (double)st.bytes_consumed / (double)st.bytes_from_disk : 0.0);
 	/* Per epoch: what the cache and redirection did (the last 64). */
 	put(o, ",\"per_epoch\":[");

@@ -72,6 +72,7 @@ struct dlshim_job_stats {
 	uint64_t epochs, files_loaded, evictions;
 	uint64_t redirects, chunk_loads, bytes_consumed, loads_ahead;
 	uint64_t row_index_hits;  /* HDF5 row reads clients served through the shared index, no message */
+	uint64_t redecided;       /* redirect decisions dropped because the served file could not be delivered */
 };
 
 /* How far an epoch's served order is from an independent shuffle
@@ -195,6 +196,16 @@ void dlshim_engine_fast_hit(struct dlshim_engine *e, int job, const struct dlshi
 /* Account `n` requests that clients served from the cache through the
  * shared index without asking (HDF5 row reads, reported in batches). */
 void dlshim_engine_note_hits(struct dlshim_engine *e, int job, uint64_t n);
+/* Redirect modes: the file the last open of `requested` was served could
+ * not be delivered to the client (its load failed, its home node is gone,
+ * it changed at open). It stays consumed for the job's group epoch; the
+ * request's decision is dropped, so that the next dlshim_engine_open of
+ * `requested` (with DLSHIM_OPEN_F_RETRY: not a new request) serves another
+ * unconsumed file of its group, possibly itself. Returns 1 when a decision
+ * was dropped, 0 when the request was not decided by redirection (exact
+ * mode, a file outside the job's dataset): then there is nothing to
+ * re-decide. */
+int dlshim_engine_forget_served(struct dlshim_engine *e, int job, uint32_t requested);
 /* Account a routed open that the client served without the cache. */
 void dlshim_engine_note_pass(struct dlshim_engine *e, int job, uint64_t bytes);
 

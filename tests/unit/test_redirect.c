@@ -1749,6 +1749,115 @@ static void test_group_kinds_do_not_mix(void **state)
 	free(mem);
 }
 
+
+/* A served file that cannot be delivered (its load fails: a remote file
+ * whose home node died, a stand-in that vanished) is forgotten and the
+ * request decided again, as the coordinator does: the failed file stays
+ * consumed for the group epoch, the request gets another unconsumed file
+ * of its group, and no file is delivered twice in a group epoch. Requests
+ * per epoch are the live files' count (pigeonhole: more requests than live
+ * files must repeat one). */
+static int broken_file(int i) { return i == 4 || i == 6 || i == 11; }
+
+static void test_redecide_after_failed_load(void **state)
+{
+	(void)state;
+	size_t len = 4u << 20;
+	void *mem = aligned_alloc(4096, len);
+	assert_non_null(mem);
+	struct dlshim_engine_opts o = {.shm_base = mem, .shm_len = len, .evict = DLSHIM_EVICT_REFCNT, .seed = 1};
+	struct dlshim_engine *e = dlshim_engine_create(&o);
+	assert_non_null(e);
+	int jd = dlshim_engine_job_attach(e, "dir"), jx = dlshim_engine_job_attach(e, "exact");
+	struct dlshim_file_id ids[16];
+	uint32_t item[16];
+	char path[64], key[64];
+	for (int i = 0; i < 16; i++) {
+		ids[i] = (struct dlshim_file_id){7, 100 + (uint64_t)i, 1000, 5, 0};
+		snprintf(path, sizeof(path), "/r/c%d/f%d.jpg", i % 2, i);
+		snprintf(key, sizeof(key), "d:/r/c%d|.jpg", i % 2);
+		item[i] = dlshim_engine_job_add_file(e, jd, &ids[i], path, key);
+	}
+	dlshim_engine_job_dataset_done(e, jd, DLSHIM_REDIRECT_DIR, 4);
+	/* Exact mode has no decision to drop. */
+	struct dlshim_file_id xid = {8, 1, 1000, 5, 0};
+	dlshim_engine_job_add_file(e, jx, &xid, "/x/a.jpg", NULL);
+	dlshim_engine_job_dataset_done(e, jx, DLSHIM_REDIRECT_OFF, 4);
+	struct dlshim_open_result res;
+	dlshim_engine_open(e, jx, &xid, 0, &res);
+	uint32_t xit = res.item;
+	if (res.kind == DLSHIM_OPEN_LOAD) {
+		dlshim_engine_load_done(e, jx, xit, 0);
+	}
+	assert_int_equal(dlshim_engine_forget_served(e, jx, xit), 0);
+
+	/* First 13 requests, as many as live files: six in c0 (live 0 2 8 10
+	 * 12 14; 4 and 6 broken) and seven in c1 (live all but 11), naming
+	 * broken files too; then the three names left (the group epochs roll
+	 * over once their broken files have failed). */
+	const uint32_t req0[] = {0, 2, 4, 6, 8, 10}, req1[] = {1, 3, 5, 7, 9, 11, 13}, rest[] = {12, 14, 15};
+	uint64_t seed = 42, failures = 0;
+	uint32_t order[16];
+	for (int k = 0; k < 6; k++)
+		order[k] = req0[k];
+	for (int k = 0; k < 7; k++)
+		order[6 + k] = req1[k];
+	shuffle(order, 13, &seed);
+	for (int k = 0; k < 3; k++)
+		order[13 + k] = rest[k];
+	int seen[16] = {0}, later[16] = {0};
+	for (int k = 0; k < 16; k++) {
+		int i = (int)order[k], delivered = -1;
+		uint32_t failed = NO;
+		for (int attempt = 0; attempt < 8 && delivered < 0; attempt++) {
+			dlshim_engine_open(e, jd, &ids[i], attempt ? DLSHIM_OPEN_F_RETRY : 0, &res);
+			assert_int_not_equal(res.kind, DLSHIM_OPEN_WAIT);
+			int f = (int)(res.item - item[0]);
+			assert_true(f >= 0 && f < 16);
+			assert_int_equal(f % 2, i % 2); /* same directory */
+			if (failed != NO)
+				assert_int_not_equal(res.item, failed);
+			int ok = !broken_file(f);
+			for (uint32_t n = 0; n < res.nload; n++) {
+				int lf = (int)(res.load_item[n] - item[0]);
+				uint64_t g = dlshim_engine_load_done(e, jd, res.load_item[n], !broken_file(lf));
+				if (g)
+					dlshim_engine_release(e, jd, res.load_slot[n], g, 0, 0);
+			}
+			if (res.kind == DLSHIM_OPEN_HIT) {
+				assert_true(ok);
+				dlshim_engine_release(e, jd, res.slot, res.gen, 0, 0);
+			}
+			if (ok) {
+				delivered = f;
+			} else {
+				/* what the coordinator does when it cannot deliver */
+				failures++;
+				failed = res.item;
+				assert_int_equal(dlshim_engine_forget_served(e, jd, item[i]), 1);
+			}
+		}
+		assert_true(delivered >= 0);
+		(k < 13 ? seen : later)[delivered]++;
+	}
+	for (int f = 0; f < 16; f++) {
+		if (seen[f] != !broken_file(f))
+			fail_msg("file %d delivered %d times in the first epoch", f, seen[f]);
+		if (later[f] > 1 || (later[f] && broken_file(f)))
+			fail_msg("file %d delivered %d times in the second epoch", f, later[f]);
+	}
+	/* Each broken file failed once (then it was consumed), and the
+	 * requests were not counted twice. */
+	struct dlshim_job_stats st;
+	dlshim_engine_job_stats(e, jd, &st);
+	assert_int_equal(failures, 3);
+	assert_int_equal(st.redecided, failures);
+	assert_int_equal(st.requests, 16);
+	assert_int_equal(dlshim_engine_job_epoch_current(e, jd), 1);
+	dlshim_engine_destroy(e);
+	free(mem);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1777,6 +1886,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_partial_chunk_loads_handed_over, teardown),
 		cmocka_unit_test_teardown(test_order_report, teardown),
 		cmocka_unit_test(test_group_absent_for_prefetch),
+		cmocka_unit_test(test_redecide_after_failed_load),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
