@@ -347,8 +347,23 @@ for i in range(2):
         else:
             print(f"node {i}: asked {rel}, got bytes of no file of its class")
             bad = 1
-    print(f"rdkill node {i}: {len(got)} samples, {ok} exact files of the class asked for, {err} errors (node 2 died)")
+    # What the job received, file by file (files with equal bytes cannot be
+    # told apart: counted by content).
+    home_of = collections.defaultdict(set)
+    for rel, sha, size, home in man:
+        home_of[sha].add(home)
+    have = collections.Counter(sha for rel, sha in got if not sha.startswith("ERR:"))
+    want = collections.Counter(sha for rel, sha, size, home in man)
+    missing_live = [sha[:12] for sha in want if have[sha] < want[sha] and home_of[sha] - {"2"}]
+    lost = sum(want[sha] - have[sha] for sha in want if have[sha] < want[sha] and home_of[sha] == {"2"})
+    repeats = sum(have[sha] - want[sha] for sha in have if have[sha] > want[sha])
+    print(f"rdkill node {i}: {len(got)} samples, {ok} exact files of the class asked for, {err} errors (node 2 died); "
+          f"{lost} files of node 2 never received, {repeats} received twice, live files missing {missing_live[:5]}")
     bad |= len(got) != len(man) or ok == 0
+    # Every file of a live node is received (a request whose stand-in died
+    # with node 2 is decided again); repeats come only from the files lost
+    # with node 2 (pigeonhole: the epoch has more requests than live files).
+    bad |= bool(missing_live) or repeats > lost
 sys.exit(bad)
 PYEOF
 for i in 0 1; do kill -9 "$(cat "$T/pid$i")" 2>/dev/null || true; done
