@@ -1612,6 +1612,19 @@ static void test_partial_chunk_loads_handed_over(void **state)
 	rig_free(r);
 }
 
+/* A bare 4 MiB RefCnt engine for tests that declare their own files;
+ * free with dlshim_engine_destroy(e) and free(*mem). */
+static struct dlshim_engine *small_engine(void **mem)
+{
+	size_t len = 4u << 20;
+	*mem = aligned_alloc(4096, len);
+	assert_non_null(*mem);
+	struct dlshim_engine_opts o = {.shm_base = *mem, .shm_len = len, .evict = DLSHIM_EVICT_REFCNT, .seed = 1};
+	struct dlshim_engine *e = dlshim_engine_create(&o);
+	assert_non_null(e);
+	return e;
+}
+
 /* Remote prefetch candidates (dlshim_engine_group_absent): only absent,
  * unread members of the request's group that the filter accepts, never the
  * request itself, at most `max`; each gets a slot and is then served by
@@ -1626,12 +1639,8 @@ static int even_ino(void *ctx, uint32_t item)
 static void test_group_absent_for_prefetch(void **state)
 {
 	(void)state;
-	size_t len = 4u << 20;
-	void *mem = aligned_alloc(4096, len);
-	assert_non_null(mem);
-	struct dlshim_engine_opts o = {.shm_base = mem, .shm_len = len, .evict = DLSHIM_EVICT_REFCNT, .seed = 1};
-	struct dlshim_engine *e = dlshim_engine_create(&o);
-	assert_non_null(e);
+	void *mem;
+	struct dlshim_engine *e = small_engine(&mem);
 	int j = dlshim_engine_job_attach(e, "dir");
 	struct dlshim_file_id ids[16];
 	char path[64], key[64];
@@ -1694,12 +1703,8 @@ static void test_group_absent_for_prefetch(void **state)
 static void test_group_kinds_do_not_mix(void **state)
 {
 	(void)state;
-	size_t len = 4u << 20;
-	void *mem = aligned_alloc(4096, len);
-	assert_non_null(mem);
-	struct dlshim_engine_opts o = {.shm_base = mem, .shm_len = len, .evict = DLSHIM_EVICT_REFCNT, .seed = 1};
-	struct dlshim_engine *e = dlshim_engine_create(&o);
-	assert_non_null(e);
+	void *mem;
+	struct dlshim_engine *e = small_engine(&mem);
 	int jx = dlshim_engine_job_attach(e, "exact"), jd = dlshim_engine_job_attach(e, "dir");
 	struct dlshim_file_id ids[16];
 	char path[64], key[64];
@@ -1762,12 +1767,8 @@ static int broken_file(int i) { return i == 4 || i == 6 || i == 11; }
 static void test_redecide_after_failed_load(void **state)
 {
 	(void)state;
-	size_t len = 4u << 20;
-	void *mem = aligned_alloc(4096, len);
-	assert_non_null(mem);
-	struct dlshim_engine_opts o = {.shm_base = mem, .shm_len = len, .evict = DLSHIM_EVICT_REFCNT, .seed = 1};
-	struct dlshim_engine *e = dlshim_engine_create(&o);
-	assert_non_null(e);
+	void *mem;
+	struct dlshim_engine *e = small_engine(&mem);
 	int jd = dlshim_engine_job_attach(e, "dir"), jx = dlshim_engine_job_attach(e, "exact");
 	struct dlshim_file_id ids[16];
 	uint32_t item[16];
