@@ -58,6 +58,7 @@ static const char *const sampler_names[] = {"chunk", "dsa"};
 static const char *const extent_names[] = {"off", "auto"};
 static const char *const evict_names[] = {"refcnt", "lru", "fifo", "random"};
 static const char *const log_names[] = {"error", "warn", "info", "debug"};
+static const char *const span_names[] = {"off", "on", "auto"};
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -479,6 +480,15 @@ static uint64_t system_ram(void)
 	return r;
 }
 
+/* torchrun tells each rank the world size and how many ranks its node
+ * runs: fewer on this node than in all means ranks on other nodes. */
+static int torchrun_spans_nodes(dlshim_getenv_fn get)
+{
+	const char *w = get("WORLD_SIZE"), *l = get("LOCAL_WORLD_SIZE");
+	uint64_t world, local;
+	return w && l && parse_u64(w, 0, &world) == 0 && parse_u64(l, 0, &local) == 0 && local > 0 && world > local;
+}
+
 static void set_defaults(struct dlshim_config *cfg)
 {
 	memset(cfg, 0, sizeof *cfg);
@@ -589,6 +599,10 @@ static int parse_all(struct dlshim_config *cfg, dlshim_getenv_fn get, uint64_t r
 
 	if ((v = get("DLSHIM_JOB")) && parse_job(cfg, v, err, errlen) < 0)
 		return -1;
+	k = 2;
+	if ((v = get("DLSHIM_JOB_SPAN")) && parse_keyword(v, span_names, NELEM(span_names), &k) < 0)
+		return bad_value(err, errlen, "DLSHIM_JOB_SPAN", v, "expected auto, on or off");
+	cfg->job_spans = k == 2 ? torchrun_spans_nodes(get) : k;
 	if ((v = get("DLSHIM_FILELIST")) &&
 	    parse_abs_path("DLSHIM_FILELIST", v, cfg->filelist, err, errlen) < 0)
 		return -1;

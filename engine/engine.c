@@ -263,6 +263,18 @@ void eng_job_need(struct dlshim_engine *e, struct job *jb, uint32_t it)
 /* The job read `it` this epoch. In exact mode, when every item of its
  * declared dataset has been read, its next epoch starts and it needs them
  * all again (redirect jobs roll over per group, in redirect.c). */
+void eng_job_consume_elsewhere(struct dlshim_engine *e, struct job *jb, uint32_t it)
+{
+	uint32_t g = e->items[it].group[GKIND(jb)];
+	if (bit_get(jb->consumed, it) || g == NONE || g >= jb->njg)
+		return;
+	bit_set(jb->consumed, it);
+	jb->consumed_count++;
+	refcnt_add(e, it, -1);
+	if (++jb->jg[g].cons >= jb->jg[g].size)
+		eng_group_rollover(e, jb, g);
+}
+
 void eng_job_consume(struct dlshim_engine *e, struct job *jb, uint32_t req, uint32_t it)
 {
 	if (bit_get(jb->consumed, it))

@@ -156,6 +156,9 @@ static inline void bit_clr(uint64_t *b, uint32_t i) { b[i / 64] &= ~(1ULL << (i 
 uint32_t eng_item_get(struct dlshim_engine *e, const struct dlshim_file_id *id);
 void eng_job_need(struct dlshim_engine *e, struct job *jb, uint32_t it);
 void eng_job_consume(struct dlshim_engine *e, struct job *jb, uint32_t req, uint32_t served);
+/* Another node of the job consumed `it` (redirect modes): consumed here
+ * too, without the order and byte accounting of a file served here. */
+void eng_job_consume_elsewhere(struct dlshim_engine *e, struct job *jb, uint32_t it);
 int eng_start_load(struct dlshim_engine *e, struct job *jb, uint32_t it);
 void eng_pin(struct dlshim_engine *e, uint32_t slot);
 void eng_hit(struct dlshim_engine *e, struct job *jb, uint32_t it, struct dlshim_open_result *res);

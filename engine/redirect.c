@@ -554,6 +554,39 @@ int dlshim_engine_forget_served(struct dlshim_engine *e, int j, uint32_t req)
 	return 1;
 }
 
+int dlshim_engine_item_group(struct dlshim_engine *e, int j, uint32_t item, const char **key, uint32_t *size)
+{
+	if (j < 0 || j >= e->njobs || !e->jobs[j].live || item >= e->nitems)
+		return -1;
+	struct job *jb = &e->jobs[j];
+	uint32_t gid = jb->mode == DLSHIM_REDIRECT_OFF ? NONE : e->items[item].group[GKIND(jb)];
+	if (gid == NONE || !bit_get(jb->needed, item))
+		return -1;
+	*key = e->groups[gid]->key;
+	*size = gid < jb->njg && jb->jg[gid].size ? jb->jg[gid].size : e->groups[gid]->n;
+	return 0;
+}
+
+uint32_t dlshim_engine_group_catch_up(struct dlshim_engine *e, int j, uint32_t item, uint32_t epoch, int consumed)
+{
+	if (j < 0 || j >= e->njobs || !e->jobs[j].live || item >= e->nitems)
+		return UINT32_MAX;
+	struct job *jb = &e->jobs[j];
+	uint32_t gid = jb->mode == DLSHIM_REDIRECT_OFF ? NONE : e->items[item].group[GKIND(jb)];
+	if (gid == NONE || !bit_get(jb->needed, item) || job_groups_reserve(jb, e->ngroups) < 0)
+		return UINT32_MAX;
+	/* One rollover per epoch skipped: each resets the group (O(members)),
+	 * and a job is rarely more than one epoch behind its other nodes; a
+	 * far jump skips the empty epochs' bookkeeping. */
+	if (epoch > jb->jg[gid].epoch + 8)
+		jb->jg[gid].epoch = epoch - 8;
+	while (jb->jg[gid].epoch < epoch)
+		eng_group_rollover(e, jb, gid);
+	if (consumed && jb->jg[gid].epoch == epoch)
+		eng_job_consume_elsewhere(e, jb, item);
+	return jb->jg[gid].epoch;
+}
+
 void redirect_open(struct dlshim_engine *e, int j, uint32_t req, unsigned flags, struct dlshim_open_result *res)
 {
 	int nowait = (flags & DLSHIM_OPEN_F_NOWAIT) != 0;
@@ -576,6 +609,8 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, unsigned flags,
 	HASH_FIND(hh, jb->remaps, &req, sizeof(req), m);
 	if (m && m->epoch == jg->epoch) {
 		serve(e, jb, m->served, nowait, res);
+		res->repeat = 1;
+		res->gepoch = m->epoch;
 		return;
 	}
 
@@ -594,6 +629,8 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, unsigned flags,
 			uint32_t ep = jg->epoch;
 			eng_job_consume(e, jb, req, it);
 			remember(jb, req, it, ep);
+			res->decided = 1;
+			res->gepoch = ep;
 			if (it != req)
 				jb->st.redirects++;
 			serve(e, jb, it, nowait, res);
@@ -633,6 +670,8 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, unsigned flags,
 	uint32_t epoch = jg->epoch; /* consuming the group's last file rolls it over */
 	eng_job_consume(e, jb, req, served);
 	remember(jb, req, served, epoch);
+	res->decided = 1;
+	res->gepoch = epoch;
 	if (served != req)
 		jb->st.redirects++;
 	if (res->nload > 0) {

@@ -303,6 +303,7 @@ static int hello(int fd, uint32_t kind)
 	h.kind = kind;
 	h.session = session_id;
 	h.job_owner = (uint32_t)g_job_owner_pid;
+	h.flags = g_cfg.job_spans ? DLSHIM_HELLO_F_SPANS : 0;
 	snprintf(h.job, sizeof(h.job), "%s", g_cfg.job);
 	if (send_msg(fd, DLSHIM_MSG_HELLO, &h, sizeof(h), -1) < 0)
 		return -1;

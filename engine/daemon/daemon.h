@@ -45,6 +45,8 @@ struct daemon {
 	time_t idle_since;
 	time_t job_idle_since[DLSHIM_ENGINE_MAX_JOBS];
 	pid_t job_owner[DLSHIM_ENGINE_MAX_JOBS]; /* the job's first process, 0 = unknown */
+	uint8_t job_spans[DLSHIM_ENGINE_MAX_JOBS]; /* a session said its ranks run on several nodes */
+	uint64_t claims_refused[DLSHIM_ENGINE_MAX_JOBS]; /* decisions another node of the job had taken */
 	struct job_spec {                        /* what DATASET declared, for rescans */
 		char *roots, *list;
 		uint32_t redirect, chunk;

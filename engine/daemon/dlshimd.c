@@ -143,6 +143,8 @@ static void end_lingering_jobs(void)
 			dlshim_engine_job_end(D.eng, j);
 			h5rows_job_end(j);
 			D.job_owner[j] = 0;
+			D.job_spans[j] = 0;
+			D.claims_refused[j] = 0;
 		}
 }
 

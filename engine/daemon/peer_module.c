@@ -22,6 +22,7 @@ static struct {
 	int (*fetch)(struct session *, struct peer_item *, int, char *, size_t);
 	void (*note_served)(uint32_t);
 	int (*prefetch_k)(void);
+	int (*claim)(const char *, const char *, uint32_t, const char *, uint32_t, uint32_t *);
 } M;
 static char load_error[PATH_MAX + 256];
 
@@ -74,8 +75,9 @@ int peer_module_start(void)
 		*(void **)&M.fetch = dlsym(h, "remote_fetch");
 		*(void **)&M.note_served = dlsym(h, "peer_note_served");
 		*(void **)&M.prefetch_k = dlsym(h, "peer_prefetch_k");
+		*(void **)&M.claim = dlsym(h, "peer_claim");
 		if (!M.start || !M.enabled || !M.remote_open || !M.json || !M.foreach_remote || !M.find || !M.fetch ||
-		    !M.note_served || !M.prefetch_k) {
+		    !M.note_served || !M.prefetch_k || !M.claim) {
 			snprintf(load_error, sizeof(load_error), "%s lacks its entry points", MODULE_NAME);
 			memset(&M, 0, sizeof(M));
 		}
@@ -118,6 +120,13 @@ int peer_module_fetch(struct session *s, struct peer_item *it, int n, char *why,
 		return M.fetch(s, it, n, why, whylen);
 	snprintf(why, whylen, "multi-node caching is off");
 	return -1;
+}
+
+int peer_module_claim(const char *job, const char *group, uint32_t size, const char *path, uint32_t epoch,
+		      uint32_t *at)
+{
+	*at = epoch;
+	return peer_module_enabled() ? M.claim(job, group, size, path, epoch, at) : -2;
 }
 
 void peer_module_note_served(uint32_t item)

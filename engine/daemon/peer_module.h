@@ -55,6 +55,13 @@ int peer_module_prefetch(void);
  * it[1..n-1] are prefetch candidates the home may add if they are resident
  * there. 0 when it[0] arrived; it[k].got says which candidates did. */
 int peer_module_fetch(struct session *s, struct peer_item *it, int n, char *why, size_t whylen);
+/* A job spanning nodes may serve `path` of label group `group` in its view
+ * of the group's epoch, `epoch` (path NULL: a re-open; is that epoch still
+ * current?). See peers/peer_claims.c: 1 granted in epoch *at, 0 refused
+ * (held, or moved on, in epoch *at), -1 not verifiable (the group's
+ * authority is unreachable), -2 multi-node is off (nothing to ask). */
+int peer_module_claim(const char *job, const char *group, uint32_t size, const char *path, uint32_t epoch,
+		      uint32_t *at);
 /* An item was served to a client: a prefetch hit if it came as a prefetch. */
 void peer_module_note_served(uint32_t item);
 /* The "peers" object of the stats JSON. */

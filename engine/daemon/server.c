@@ -119,6 +119,8 @@ static int handle_hello(struct conn *c, const struct dlshim_msg_hello *h)
 			s->job = job;
 			if (h->job_owner)
 				D.job_owner[job] = (pid_t)h->job_owner;
+			if (h->flags & DLSHIM_HELLO_F_SPANS)
+				D.job_spans[job] = 1;
 			HASH_ADD(hh, D.sessions, id, sizeof(s->id), s);
 			dlog(DLSHIM_LOG_INFO, "session %016llx pid %u joins job %s", (unsigned long long)s->id,
 			     h->pid, h->job);
@@ -412,6 +414,48 @@ void daemon_engine_open(int job, const struct dlshim_file_id *id, unsigned flags
 
 /* Attempts at serving one redirected request (see handle_open). */
 #define REDECIDE_MAX 8
+/* Claims another node of a spanning job had taken, for one request: each
+ * refusal leaves one file fewer unconsumed in the group epoch, so this is
+ * only a guard against a misbehaving authority. */
+#define REFUSALS_MAX 4096
+
+/* A job whose ranks run on several nodes: may this node serve the file
+ * just decided, or is a re-open's decision still of the group's current
+ * epoch? The group's claim authority knows (peers/peer_claims.c). Returns
+ * 1 when the request must be decided again: another node of the job
+ * consumed the file in this group epoch, or the group moved on since the
+ * decision (this node's view of it lags: its other files went to other
+ * nodes). The engine learns the epoch the authority named. An authority
+ * that cannot be asked leaves the file served unverified. */
+static int claim_denied(int job, const struct dlshim_open_result *res)
+{
+	if ((!res->decided && !res->repeat) || !D.job_spans[job] || res->item == UINT32_MAX)
+		return 0;
+	char name[DLSHIM_JOB_MAX], path[DLSHIM_PATH_MAX], group[DLSHIM_PATH_MAX + 64];
+	const char *gk;
+	uint32_t size;
+	pthread_mutex_lock(&D.mu);
+	const char *p = dlshim_engine_item_path(D.eng, res->item);
+	int known = p && dlshim_engine_item_group(D.eng, job, res->item, &gk, &size) == 0;
+	if (known) {
+		snprintf(path, sizeof(path), "%s", p);
+		snprintf(group, sizeof(group), "%s", gk);
+		snprintf(name, sizeof(name), "%s", dlshim_engine_job_name(D.eng, job));
+	}
+	pthread_mutex_unlock(&D.mu);
+	uint32_t at;
+	int g = known ? peer_module_claim(name, group, size, res->decided ? path : NULL, res->gepoch, &at) : -1;
+	if (g < 0 || (g == 1 && at == res->gepoch))
+		return 0;
+	pthread_mutex_lock(&D.mu);
+	/* Granted in a later epoch (this node was behind) or refused: either
+	 * way the file is consumed in epoch `at`. A re-open of a past epoch:
+	 * only the epoch is news. */
+	dlshim_engine_group_catch_up(D.eng, job, res->item, at, res->decided);
+	D.claims_refused[job] += g == 0 && res->decided;
+	pthread_mutex_unlock(&D.mu);
+	return g == 0;
+}
 
 static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd, int remote)
 {
@@ -423,12 +467,12 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd,
 	 * again (it stays consumed: it is unavailable), a few times at most:
 	 * the client never reads a file the engine did not record as served
 	 * while another attempt can still succeed. */
-	for (int attempt = 0;; attempt++) {
+	for (int attempt = 0, tries = 0, refusals = 0;; tries++) {
 		memset(&r, 0, sizeof(r));
 		r.status = DLSHIM_OPEN_R_PASS;
 		sfd = -1;
 		pthread_mutex_lock(&D.mu);
-		daemon_engine_open(c->s->job, &id, attempt ? DLSHIM_OPEN_F_RETRY : 0, &res);
+		daemon_engine_open(c->s->job, &id, tries ? DLSHIM_OPEN_F_RETRY : 0, &res);
 		if (res.kind == DLSHIM_OPEN_HIT)
 			session_add_pin(c->s, res.slot, res.gen);
 		const char *served_path = res.item != res.requested ? dlshim_engine_item_path(D.eng, res.item) : NULL;
@@ -508,6 +552,22 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd,
 			r.gen = res.gen;
 			r.size = res.size;
 		}
+		if (claim_denied(c->s->job, &res)) {
+			/* Another node of the job has it this epoch: decide again. */
+			pthread_mutex_lock(&D.mu);
+			if (r.status == DLSHIM_OPEN_R_HIT && session_drop_pin(c->s, r.slot, r.gen) == 0)
+				dlshim_engine_release(D.eng, c->s->job, r.slot, r.gen, 0, 0);
+			int again = ++refusals < REFUSALS_MAX && res.requested != UINT32_MAX &&
+				    dlshim_engine_forget_served(D.eng, c->s->job, res.requested);
+			pthread_mutex_unlock(&D.mu);
+			r.status = DLSHIM_OPEN_R_PASS;
+			if (res.nload > 0 && res.ahead)
+				start_ahead(c, &res);
+			if (again)
+				continue;
+			res.nload = 0;
+			break;
+		}
 		/* A redirected request gets a descriptor of the file actually served,
 		 * so everything the shim does not intercept sees the same bytes. */
 		if ((res.item != res.requested || remote) && res.item != UINT32_MAX) {
@@ -522,7 +582,7 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd,
 				pthread_mutex_lock(&D.mu);
 				if (r.status == DLSHIM_OPEN_R_HIT && session_drop_pin(c->s, r.slot, r.gen) == 0)
 					dlshim_engine_release(D.eng, c->s->job, r.slot, r.gen, 0, 0);
-				if (attempt + 1 < REDECIDE_MAX && res.requested != UINT32_MAX)
+				if (++attempt < REDECIDE_MAX && res.requested != UINT32_MAX)
 					again = dlshim_engine_forget_served(D.eng, c->s->job, res.requested);
 				pthread_mutex_unlock(&D.mu);
 				r.status = DLSHIM_OPEN_R_PASS;

@@ -55,6 +55,10 @@ static void job_obj(struct out *o, int j)
 	    (unsigned long long)st.bytes_consumed, (unsigned long long)st.row_index_hits,
 	    (unsigned long long)st.redecided,
 	    st.bytes_from_disk ? (double)st.bytes_consumed / (double)st.bytes_from_disk : 0.0);
+	/* A job whose ranks run on several nodes: its decisions that another
+	 * node's claim had already taken (decided again here). */
+	put(o, ",\"spans_nodes\":%s,\"claims_refused\":%llu", D.job_spans[j] ? "true" : "false",
+	    (unsigned long long)D.claims_refused[j]);
 	/* Per epoch: what the cache and redirection did (the last 64). */
 	put(o, ",\"per_epoch\":[");
 	uint32_t cur = dlshim_engine_job_epoch_current(D.eng, j);

@@ -33,6 +33,8 @@ struct dlshim_config {
 	uint32_t chunk;                        /* DLSHIM_CHUNK, 0 = auto */
 	char filelist[DLSHIM_PATH_MAX];        /* DLSHIM_FILELIST, "" = none */
 	char job[DLSHIM_JOB_MAX];              /* DLSHIM_JOB, "" = derive */
+	int job_spans;                         /* DLSHIM_JOB_SPAN resolved: the job's ranks run on several
+						  nodes (auto: torchrun's WORLD_SIZE > LOCAL_WORLD_SIZE) */
 	uint64_t seed;                         /* DLSHIM_SEED */
 	int seed_set;
 	char runtime_dir[DLSHIM_PATH_MAX];     /* DLSHIM_RUNTIME_DIR or the per-user default */

@@ -62,6 +62,13 @@ struct dlshim_open_result {
 	 * allocated). `item` is among them or already resident and pinned. */
 	uint32_t nload;
 	uint32_t ahead;           /* the loads are ahead of demand: do them after replying */
+	/* Redirect modes: `decided` 1 when this call decided the request
+	 * (consumed `item` for the job in the group epoch `gepoch`); `repeat`
+	 * 1 when it served the decision already taken for the request in the
+	 * group's current epoch `gepoch` (a re-open). Both 0 in exact mode and
+	 * for a file outside the job's dataset. */
+	uint32_t decided, repeat;
+	uint32_t gepoch;
 	uint32_t load_item[DLSHIM_MAX_CHUNK];
 	uint32_t load_slot[DLSHIM_MAX_CHUNK];
 };
@@ -206,6 +213,20 @@ void dlshim_engine_note_hits(struct dlshim_engine *e, int job, uint64_t n);
  * mode, a file outside the job's dataset): then there is nothing to
  * re-decide. */
 int dlshim_engine_forget_served(struct dlshim_engine *e, int job, uint32_t requested);
+/* ---- a job whose ranks run on several nodes (redirect modes) ----
+ * Each node's engine decides its own requests; the nodes' claims keep the
+ * job's epochs whole (engine/daemon/peers/peer_claims.c). These say what a
+ * claim needs and apply what it answered. */
+/* `item`'s label group in the job: its key (the same string on every node)
+ * and how many files it has. -1 when `item` is not in the job's dataset. */
+int dlshim_engine_item_group(struct dlshim_engine *e, int job, uint32_t item, const char **key, uint32_t *size);
+/* The job's group of `item` is in epoch `epoch` elsewhere, which means
+ * every member was consumed in each earlier epoch: start that epoch here
+ * if the group is behind (its files are needed again). With `consumed`,
+ * `item` then counts as consumed in that epoch (another node has it, or
+ * this node got it there). Returns the group's epoch after the call, or
+ * UINT32_MAX when `item` is not in the job's dataset. */
+uint32_t dlshim_engine_group_catch_up(struct dlshim_engine *e, int job, uint32_t item, uint32_t epoch, int consumed);
 /* Account a routed open that the client served without the cache. */
 void dlshim_engine_note_pass(struct dlshim_engine *e, int job, uint64_t bytes);
 

@@ -52,8 +52,13 @@ struct dlshim_msg_hello {
 	uint64_t session;         /* same for every connection of one process */
 	char job[128];            /* NUL-terminated */
 	uint32_t job_owner;       /* pid of the job's first process (DLSHIM_JOB_OWNER), 0 = unknown */
-	uint32_t pad;
+	uint32_t flags;           /* DLSHIM_HELLO_F_* (0 from clients that predate them) */
 };
+
+/* The job's ranks run on several nodes (DLSHIM_JOB_SPAN): its coordinators
+ * claim each file before serving it, so each is served once per epoch
+ * across the nodes. */
+#define DLSHIM_HELLO_F_SPANS 1u
 
 /* The cache is smaller than DLSHIM_CACHE asked: the coordinator's memory
  * cgroup limit would not hold it (shm_len is what it got). */

@@ -2,8 +2,8 @@
  * (engine/daemon/peers/peer_wire.c).
  *
  * Input: one selector byte (which message: 0 HELLO, 1 FILES, 2 FETCH,
- * 3 FETCH_R, 4 DONE; taken modulo 5), then the message as a peer would send
- * it. The cluster is fixed: 3 nodes, we are node 0, a FETCH_R answers
+ * 3 FETCH_R, 4 DONE, 5 CLAIM, 6 CLAIM_R; taken modulo 7), then the message
+ * as a peer would send it. The cluster is fixed: 3 nodes, we are node 0, a FETCH_R answers
  * request 7 to node 1 that named 3 files, the home's segment has 100 blocks.
  * What is accepted must be safe to use:
  *   - HELLO: the rkey lies inside the message and is not empty;
@@ -13,7 +13,10 @@
  *     once and below 3, every run array inside the message, and (unless
  *     refused as outside) every run of a servable record non-empty and
  *     inside the segment;
- *   - DONE: from a node of the cluster.
+ *   - DONE: from a node of the cluster;
+ *   - CLAIM: from another node, for a non-empty group, known flags;
+ *   - CLAIM_R: from another node, granted 0 or 1, and fitting a claim of
+ *     epoch 3 only when it names epoch 3 or later.
  * Built by `make fuzz` (clang, libFuzzer) and, for `make test`, by gcc with
  * ASan/UBSan together with tests/fuzz/replay.c over tests/fuzz/corpus/peer.
  */
@@ -110,18 +113,38 @@ static void done(const char *m, size_t len)
 		CHECK(d.node < NODES && len == sizeof(d));
 }
 
+static void claim(const char *m, size_t len)
+{
+	struct peer_claim c;
+	if (peer_wire_claim(m, len, NODES, SELF, &c) < 0)
+		return;
+	CHECK(len == sizeof(c) && c.node < NODES && c.node != SELF && c.size > 0 && c.flags <= PEER_CLAIM_F_CURRENT);
+}
+
+static void claim_r(const char *m, size_t len)
+{
+	struct peer_claim_r r;
+	if (peer_wire_claim_r(m, len, NODES, SELF, &r) < 0)
+		return;
+	CHECK(len == sizeof(r) && r.node < NODES && r.node != SELF && r.granted <= 1);
+	if (peer_wire_claim_r_fits(&r, 3) == 0)
+		CHECK(r.epoch >= 3);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size == 0)
 		return 0;
 	const char *m = (const char *)data + 1;
 	size_t len = size - 1;
-	switch (data[0] % 5) {
+	switch (data[0] % 7) {
 	case 0: hello(m, len); break;
 	case 1: files(m, len); break;
 	case 2: fetch(m, len); break;
 	case 3: fetch_r(m, len); break;
-	default: done(m, len); break;
+	case 4: done(m, len); break;
+	case 5: claim(m, len); break;
+	default: claim_r(m, len); break;
 	}
 	return 0;
 }

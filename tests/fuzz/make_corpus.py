@@ -86,7 +86,7 @@ def config():
 
 # tests/fuzz/fuzz_peer.c: a selector byte, then one message of a 3-node
 # cluster seen from node 0, answering request 7 to node 1 (3 files named).
-PEER_MAGIC, PEER_VERSION = 0x4E534C44, 2
+PEER_MAGIC, PEER_VERSION = 0x4E534C44, 3
 
 
 def fetch_r_rec(index, runs, status=0, node=1, req=7):
@@ -110,6 +110,10 @@ def peer():
         "fetch_r_refused": b"\x03" + fetch_r_rec(0, [], status=2),
         "fetch_r_outside": b"\x03" + fetch_r_rec(0, [(99, 2)]),
         "done": b"\x04" + struct.pack("<IIQQ", 2, 9, 7, 5),
+        "claim": b"\x05" + struct.pack("<IIQQQQII", 2, 3, 11, 0xAB, 0xCD, 0xEF, 30, 0),
+        "claim_current": b"\x05" + struct.pack("<IIQQQQII", 1, 3, 12, 0xAB, 0xCD, 0, 30, 1),
+        "claim_r": b"\x06" + struct.pack("<IIQII", 1, 1, 11, 4, 0),
+        "claim_r_stale": b"\x06" + struct.pack("<IIQII", 2, 0, 12, 2, 0),
     }
 
 

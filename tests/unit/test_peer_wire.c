@@ -239,6 +239,52 @@ static void test_done_and_files(void **state)
 	assert_int_equal(peer_wire_files_head(buf, len, NODES, SELF, &hh), -1);
 }
 
+static void test_claims(void **state)
+{
+	(void)state;
+	struct peer_claim c = {.node = 2, .epoch = 4, .req = 9, .job = 1, .group = 2, .file = 3, .size = 30, .flags = 0}, co;
+	len = 0;
+	put(&c, sizeof(c));
+	assert_int_equal(peer_wire_claim(buf, len, NODES, SELF, &co), 0);
+	assert_memory_equal(&co, &c, sizeof(c));
+	assert_int_equal(peer_wire_claim(buf, len - 1, NODES, SELF, &co), -1);
+	struct peer_claim bad[] = {c, c, c, c};
+	bad[0].node = SELF;
+	bad[1].node = NODES;
+	bad[2].size = 0;
+	bad[3].flags = PEER_CLAIM_F_CURRENT << 1;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		len = 0;
+		put(&bad[i], sizeof(bad[i]));
+		assert_int_equal(peer_wire_claim(buf, len, NODES, SELF, &co), -1);
+	}
+	c.flags = PEER_CLAIM_F_CURRENT;
+	len = 0;
+	put(&c, sizeof(c));
+	assert_int_equal(peer_wire_claim(buf, len, NODES, SELF, &co), 0);
+
+	struct peer_claim_r r = {.node = HOME, .granted = 0, .req = 9, .epoch = 4}, ro;
+	len = 0;
+	put(&r, sizeof(r));
+	assert_int_equal(peer_wire_claim_r(buf, len, NODES, SELF, &ro), 0);
+	assert_memory_equal(&ro, &r, sizeof(r));
+	assert_int_equal(peer_wire_claim_r_fits(&ro, 4), 0);
+	assert_int_equal(peer_wire_claim_r_fits(&ro, 3), 0);
+	/* An answer naming an epoch older than the one asked. */
+	assert_int_equal(peer_wire_claim_r_fits(&ro, 5), -1);
+	put("", 1);
+	assert_int_equal(peer_wire_claim_r(buf, len, NODES, SELF, &ro), -1);
+	struct peer_claim_r rbad[] = {r, r, r};
+	rbad[0].node = SELF;
+	rbad[1].node = NODES;
+	rbad[2].granted = 2;
+	for (size_t i = 0; i < sizeof(rbad) / sizeof(rbad[0]); i++) {
+		len = 0;
+		put(&rbad[i], sizeof(rbad[i]));
+		assert_int_equal(peer_wire_claim_r(buf, len, NODES, SELF, &ro), -1);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -246,6 +292,7 @@ int main(void)
 		cmocka_unit_test(test_fetch),
 		cmocka_unit_test(test_fetch_r),
 		cmocka_unit_test(test_done_and_files),
+		cmocka_unit_test(test_claims),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

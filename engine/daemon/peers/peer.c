@@ -96,6 +96,15 @@ static struct {
 
 int peer_enabled(void) { return P.on; }
 int peer_self(void) { return P.self; }
+int peer_nnodes(void) { return P.n; }
+
+int peer_node_up(int i)
+{
+	pthread_mutex_lock(&P.mu);
+	int up = i >= 0 && i < P.n && i != P.self && P.nodes[i].state == NODE_UP;
+	pthread_mutex_unlock(&P.mu);
+	return up;
+}
 
 static void wake(void)
 {
@@ -175,14 +184,16 @@ static void introduce(int node, int want_reply)
 	peer_catalog_encode_local((uint32_t)P.self, P.incarnation, files_out, (void *)(intptr_t)node);
 }
 
-void peer_send_fetch_r(int node, void *msg, size_t len)
+void peer_send_fetch_r(int node, void *msg, size_t len) { peer_queue_send(node, PEER_AM_FETCH_R, msg, len); }
+
+void peer_queue_send(int node, unsigned id, void *msg, size_t len)
 {
 	struct sendop *op = malloc(sizeof(*op));
 	if (op == NULL) {
 		free(msg);
 		return;
 	}
-	*op = (struct sendop){node, PEER_AM_FETCH_R, msg, len, NULL};
+	*op = (struct sendop){node, id, msg, len, NULL};
 	pthread_mutex_lock(&P.mu);
 	op->next = P.sendq;
 	P.sendq = op;
@@ -563,6 +574,8 @@ static void dispatch(unsigned id, const void *data, size_t len)
 	case PEER_AM_FETCH: on_fetch(data, len); break;
 	case PEER_AM_FETCH_R: on_fetch_r(data, len); break;
 	case PEER_AM_DONE: on_done(data, len); break;
+	case PEER_AM_CLAIM: peer_claims_on_claim(data, len); break;
+	case PEER_AM_CLAIM_R: peer_claims_on_reply(data, len); break;
 	default: break;
 	}
 }
@@ -638,6 +651,7 @@ static void node_down(int i)
 		ucp_rkey_destroy(nd->rkey);
 	nd->rkey = NULL;
 	nd->next_try = time(NULL) + 1;
+	peer_claims_node_down(i);
 	for (struct fetch *f = P.inflight, *nx; f; f = nx) {
 		nx = f->next;
 		if (f->node == i) {
@@ -856,7 +870,8 @@ int peer_start(void)
 	for (int i = 0; i < D.cfg.nroots; i++)
 		rl += (size_t)snprintf(roots + rl, sizeof(roots) - rl, "%s%s", i ? "," : "", D.cfg.roots[i]);
 	long nf = D.cfg.nroots ? peer_catalog_scan_local(roots) : 0;
-	if (ucx_start() < 0 || (P.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 || peer_home_start() < 0) {
+	if (ucx_start() < 0 || (P.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 || peer_home_start() < 0 ||
+	    peer_claims_start() < 0) {
 		if (P.error[0] == 0)
 			snprintf(P.error, sizeof(P.error), "cannot start the peer threads");
 		dlog(DLSHIM_LOG_ERROR, "peers: %s; serving local data only", P.error);
@@ -1069,6 +1084,8 @@ size_t peer_json(char *buf, size_t cap)
 	pthread_mutex_unlock(&P.mu);
 	PUT("],");
 	len += peer_home_json(buf + len, cap - len);
+	PUT(",");
+	len += peer_claims_json(buf + len, cap - len);
 	PUT("}");
 	return len;
 #undef PUT

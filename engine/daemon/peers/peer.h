@@ -38,6 +38,11 @@ int peer_parse_members(const char *peers, const char *node, struct peer_addr *ou
 int peer_start(void);
 int peer_enabled(void);
 int peer_self(void);        /* this node's index */
+int peer_nnodes(void);      /* nodes in DLSHIM_PEERS */
+int peer_node_up(int i);    /* another node, connected and introduced */
+/* Hand `msg` (malloc'ed; ownership passes) to the transport thread for
+ * `node`; dropped if the node is down. */
+void peer_queue_send(int node, unsigned id, void *msg, size_t len);
 /* Fetch it[0] from a reachable node that holds it into the local slot being
  * loaded (it[0].iov). it[1..n-1] are prefetch candidates: those held by the
  * same node (at most DLSHIM_PREFETCH of them) go in the same request, and
@@ -83,6 +88,24 @@ void peer_home_expire(int node_or_all);
 size_t peer_home_json(char *buf, size_t cap);
 /* Called by the home threads: hand a FETCH_R (malloc'ed, ownership passes) to the transport. */
 void peer_send_fetch_r(int node, void *msg, size_t len);
+
+/* ---- claims of jobs that span nodes (peer_claims.c) ---- */
+int peer_claims_start(void);
+/* May this node serve `path` (of label group `group`, `size` files) to its
+ * part of job `job` in its view of the group's epoch, `epoch`? With `path`
+ * NULL: is `epoch` still the group's epoch (a re-open)? 1 granted (or
+ * current) in epoch *at (>= epoch: catch up when later), 0 refused (held,
+ * or moved on, in epoch *at), -1 when the group's authority cannot be
+ * asked (unreachable, no answer in CLAIM_TIMEOUT_S: the caller serves it
+ * unverified). Blocks. */
+int peer_claim(const char *job, const char *group, uint32_t size, const char *path, uint32_t epoch, uint32_t *at);
+/* Transport thread: a CLAIM to decide, a CLAIM_R to hand to its waiter. */
+void peer_claims_on_claim(const void *data, size_t len);
+void peer_claims_on_reply(const void *data, size_t len);
+/* Node `i` went down: its unanswered claims fail now. */
+void peer_claims_node_down(int i);
+/* "claims":{...} of the stats JSON. */
+size_t peer_claims_json(char *buf, size_t cap);
 
 /* ---- requester side (remote_open.c) ---- */
 /* peer_fetch_items with the per-client in-flight bound. */

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #define PEER_MAGIC 0x4e534c44u /* "DLSN" */
-#define PEER_VERSION 2u
+#define PEER_VERSION 3u /* 3: CLAIM, CLAIM_R */
 #define PEER_PREFETCH_MAX 32 /* prefetch candidates in one FETCH */
 #define PEER_MAX_NODES 64
 #define PEER_MSG_MAX (1u << 20)
@@ -25,6 +25,9 @@ enum peer_am_id {
 			       add these candidates if they are already there */
 	PEER_AM_FETCH_R,    /* home -> requester: status and block runs of the pinned slots */
 	PEER_AM_DONE,       /* requester -> home: the gets are over, unpin them all */
+	PEER_AM_CLAIM,      /* node -> a file's claim authority: may my part of a job that
+			       spans nodes serve this file in this group epoch? */
+	PEER_AM_CLAIM_R,    /* authority -> node: granted, or the epoch that holds it */
 	PEER_AM_MAX
 };
 
@@ -83,6 +86,27 @@ struct peer_done {
 	uint32_t node, slot;
 	uint64_t req;
 	uint64_t gen;
+};
+
+/* A job spanning nodes is named by a hash of its name, a label group by a
+ * hash of its key, a file by a hash of its path (all the same on every
+ * node: the roots are mounted at the same paths). */
+#define PEER_CLAIM_F_CURRENT 1u /* no file: is `epoch` still the group's epoch? (a re-open) */
+struct peer_claim {
+	uint32_t node;
+	uint32_t epoch;        /* the requester's view of the group's epoch */
+	uint64_t req;
+	uint64_t job, group, file;
+	uint32_t size;         /* files in the group */
+	uint32_t flags;        /* PEER_CLAIM_F_* */
+};
+
+struct peer_claim_r {
+	uint32_t node;
+	uint32_t granted;      /* 1: granted (current); 0: refused (moved on) */
+	uint64_t req;
+	uint32_t epoch;        /* the epoch it was granted or is held in (>= the one asked) */
+	uint32_t pad;
 };
 
 #endif

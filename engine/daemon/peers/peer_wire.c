@@ -95,6 +95,29 @@ int peer_wire_done(const void *data, size_t len, int nnodes, struct peer_done *d
 	return d->node < (uint32_t)nnodes ? 0 : -1;
 }
 
+int peer_wire_claim(const void *data, size_t len, int nnodes, int self, struct peer_claim *c)
+{
+	if (len != sizeof(*c))
+		return -1;
+	memcpy(c, data, sizeof(*c));
+	return c->node >= (uint32_t)nnodes || (int)c->node == self || c->size == 0 || c->flags > PEER_CLAIM_F_CURRENT
+		       ? -1
+		       : 0;
+}
+
+int peer_wire_claim_r(const void *data, size_t len, int nnodes, int self, struct peer_claim_r *r)
+{
+	if (len != sizeof(*r))
+		return -1;
+	memcpy(r, data, sizeof(*r));
+	return r->node >= (uint32_t)nnodes || (int)r->node == self || r->granted > 1 ? -1 : 0;
+}
+
+int peer_wire_claim_r_fits(const struct peer_claim_r *r, uint32_t epoch)
+{
+	return r->epoch >= epoch ? 0 : -1;
+}
+
 int peer_wire_files_head(const void *data, size_t len, int nnodes, int self, struct peer_files *h)
 {
 	if (len < sizeof(*h))

@@ -36,6 +36,15 @@ struct peer_run peer_wire_run(const void *runs, uint32_t k);
 
 int peer_wire_done(const void *data, size_t len, int nnodes, struct peer_done *d);
 
+/* CLAIM from another node of the cluster: a group of at least one file,
+ * known flags. */
+int peer_wire_claim(const void *data, size_t len, int nnodes, int self, struct peer_claim *c);
+/* CLAIM_R from another node: granted is 0 or 1. */
+int peer_wire_claim_r(const void *data, size_t len, int nnodes, int self, struct peer_claim_r *r);
+/* ... and against the claim it answers: never an epoch older than the
+ * one claimed (`epoch`, known to the requester). */
+int peer_wire_claim_r_fits(const struct peer_claim_r *r, uint32_t epoch);
+
 /* FILES: the header, then entries one by one from *cursor (just after the
  * header): 0 with the entry and its path (fe->len bytes, no NUL), or -1
  * when the message ends inside an entry. */
