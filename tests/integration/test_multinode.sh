@@ -117,7 +117,7 @@ wait_for() { # seconds, command...
 	return 1
 }
 
-# MN_ONLY=redirect runs only phase 3 (for development).
+# MN_ONLY=redirect runs only phases 3-5, MN_ONLY=ddp only phase 5 (for development).
 if [ "${MN_ONLY:-all}" = all ]; then
 # ---- a bad DLSHIM_NODE: a clear error, and the node serves local data ----
 mkdir -p "$T/solo" && head -c 50000 /dev/urandom >"$T/solo/f.bin" && mkdir -p -m 700 "$T/runbad"
@@ -237,6 +237,7 @@ for i in 0 1; do kill -9 "$(cat "$T/pid$i")" 2>/dev/null || true; done
 
 fi
 
+if [ "${MN_ONLY:-all}" != ddp ]; then
 # ---- phase 3: redirect across nodes, prefetch off then on ----
 # Fresh coordinators (empty caches) on new ports for each run.
 redirect_run() { # name prefetch port-base [mode]
@@ -383,4 +384,79 @@ print(f"remote requests: prefetch off {off['requests']}, on {on['requests']} "
       f"({off['requests'] / max(on['requests'], 1):.1f}x fewer); prefetch hits {on['hits']} of {on['received']} received")
 sys.exit(0 if on["requests"] < off["requests"] and on["hits"] > 0 and off["hits"] == 0 else 1)
 PYEOF
+fi
+
+# ---- phase 5: one DDP job whose ranks run on the three nodes ----
+# A rank per node (torch.distributed over gloo between the namespaces,
+# DistributedSampler, 2 DataLoader workers, 2 epochs, DLSHIM_REDIRECT=dir).
+# The job is one job across the cluster: in each epoch the samples all
+# ranks received together must be every file exactly once, each from the
+# class directory asked for, byte for byte. With DLSHIM_JOB_SPAN=off each
+# node's part decides alone: the same check must then find files served
+# twice (the check can fail).
+ddp_run() { # name span port-base
+	RUNP=$1 PREFETCH=8 PEERS=
+	for i in 0 1 2; do PEERS+="${PEERS:+,}10.231.7.$((i + 1)):$(($3 + i))"; done
+	for i in 0 1 2; do start_node $i; done
+	for i in 0 1 2; do
+		wait_for 15 peers_up $i 2 || { cat "$T/$RUNP"*/dlshimd.log; fail "$1: node $i does not see both peers"; }
+	done
+	for i in 0 1 2; do
+		on_node $i env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=dir DLSHIM_JOB_SPAN=$2 \
+			TORCHELASTIC_RUN_ID="mn$1" WORLD_SIZE=3 LOCAL_WORLD_SIZE=1 RANK=$i \
+			MASTER_ADDR=10.231.7.1 MASTER_PORT=$(($3 + 50)) GLOO_SOCKET_IFNAME=eth0 \
+			$PY "$HERE/mn_ddp_job.py" "$ROOT" "$T/manifest" "$T/out_$1_$i.json" 2 >"$T/job_$1_$i.out" 2>&1 &
+	done
+	for i in 0 1 2; do
+		for _ in $(seq 1800); do [ -s "$T/out_$1_$i.json" ] && break; sleep 0.1; done
+		[ -s "$T/out_$1_$i.json" ] || { cat "$T/job_$1_$i.out"; fail "$1: the rank on node $i did not finish"; }
+	done
+	sleep 0.3
+	$PY - "$T" "$1" "$2" <<'PYEOF' || fail "$1: wrong bytes, epochs or label groups across the DDP ranks"
+import collections, json, os, subprocess, sys
+t, name, span = sys.argv[1:4]
+man = [l.split() for l in open(f"{t}/manifest")]
+by_class = collections.defaultdict(dict)
+for rel, sha, size, home in man:
+    by_class[rel.split("/")[0]][sha] = rel
+want = collections.Counter(sha for rel, sha, size, home in man)
+ranks = [json.load(open(f"{t}/out_{name}_{i}.json")) for i in range(3)]
+bad = wrong_epochs = 0
+for ep in range(2):
+    got = [s for r in ranks for s in r[ep]]
+    for rel, sha in got:
+        if by_class[rel.split("/")[0]].get(sha) is None:
+            print(f"{name} epoch {ep}: asked {rel}, got bytes that are no file of its class")
+            bad = 1
+    have = collections.Counter(sha for rel, sha in got)
+    twice = sum(have[s] - want[s] for s in have if have[s] > want[s])
+    missing = sum(want[s] - have[s] for s in want if have[s] < want[s])
+    print(f"{name} epoch {ep}: {len(got)} samples over 3 ranks ({', '.join(str(len(r[ep])) for r in ranks)}); "
+          f"{twice} received more often than the file exists, {missing} never received")
+    wrong_epochs += twice > 0 or missing > 0 or len(got) != len(man)
+claims = refused = 0
+for i in range(3):
+    st = json.loads(subprocess.run(["env", f"DLSHIM_RUNTIME_DIR={t}/{name}{i}", os.environ["B"] + "/dlshim", "stats",
+                                    "--json"], capture_output=True, text=True).stdout)
+    job = [j for j in st["jobs"] if j["job"] == f"ddp-mn{name}"]
+    c = st["peers"]["claims"]
+    claims += c["asked_local"] + c["asked_remote"]
+    refused += sum(j["claims_refused"] for j in job)
+    spans = [j["spans_nodes"] for j in job]
+    print(f"{name} node {i}: job spans nodes {spans}, claims {c}")
+    if span == "auto" and spans != [True]:
+        bad = 1
+print(f"{name}: {claims} claims, {refused} refused (decided again)")
+if span == "auto":
+    # Every sample was claimed; the ranks' epochs are whole.
+    bad |= wrong_epochs > 0 or claims < 2 * len(man)
+else:
+    # Without claims each node's part serves on its own view: files repeat.
+    bad |= wrong_epochs == 0 or claims > 0
+sys.exit(bad)
+PYEOF
+	for i in 0 1 2; do kill -9 "$(cat "$T/pid$i")" 2>/dev/null || true; done
+}
+ddp_run ddpspan auto 24500
+ddp_run ddpalone off 24600
 echo "multinode: PASS"
