@@ -199,6 +199,39 @@ static void test_disable_valid(void **state)
 	assert_int_equal(cfg.disabled, 0);
 }
 
+/* DLSHIM_JOB_SPAN: on and off as said; auto (the default) from torchrun's
+ * variables: ranks on other nodes when the world is larger than this
+ * node's share; a bad value names the variable. */
+static void test_job_span(void **state)
+{
+	(void)state;
+	env_reset();
+	assert_int_equal(parse(), 0);
+	assert_int_equal(cfg.job_spans, 0);
+	parse_ok1("DLSHIM_JOB_SPAN", "on");
+	assert_int_equal(cfg.job_spans, 1);
+	parse_ok1("DLSHIM_JOB_SPAN", "off");
+	assert_int_equal(cfg.job_spans, 0);
+	const char *cases[][3] = {{"8", "4", "1"}, {"4", "4", "0"}, {"8", "0", "0"}, {"x", "4", "0"}, {NULL, "4", "0"},
+				  {"8", NULL, "0"}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		env_reset();
+		if (cases[i][0])
+			env_set("WORLD_SIZE", cases[i][0]);
+		if (cases[i][1])
+			env_set("LOCAL_WORLD_SIZE", cases[i][1]);
+		assert_int_equal(parse(), 0);
+		assert_int_equal(cfg.job_spans, cases[i][2][0] - '0');
+		env_set("DLSHIM_JOB_SPAN", "off");
+		assert_int_equal(parse(), 0);
+		assert_int_equal(cfg.job_spans, 0);
+		env_set("DLSHIM_JOB_SPAN", "auto");
+		assert_int_equal(parse(), 0);
+		assert_int_equal(cfg.job_spans, cases[i][2][0] - '0');
+	}
+	parse_bad1("DLSHIM_JOB_SPAN", "sometimes");
+}
+
 /* Every keyword of the enum-valued variables parses, case-insensitively, and names round-trip. */
 static void test_keywords_valid(void **state)
 {
@@ -756,6 +789,7 @@ int main(void)
 		cmocka_unit_test_setup(test_system_ram, setup),
 		cmocka_unit_test_setup(test_real_getenv, setup),
 		cmocka_unit_test_setup(test_disable_valid, setup),
+		cmocka_unit_test_setup(test_job_span, setup),
 		cmocka_unit_test_setup(test_keywords_valid, setup),
 		cmocka_unit_test_setup(test_size_valid, setup),
 		cmocka_unit_test_setup(test_cache_and_max_item_valid, setup),
