@@ -547,6 +547,14 @@ static void print_peers(const char *json)
 		       jnum0(&d, pf, "k"), jnum0(&d, pf, "asked"), jnum0(&d, pf, "received"), jnum0(&d, pf, "hits"));
 	else
 		printf("  prefetch: off (DLSHIM_PREFETCH=0)\n");
+	/* Jobs whose ranks run on several nodes claim each file they serve. */
+	int cl = jget(&d, p, "claims");
+	double asked = jnum0(&d, cl, "asked_local") + jnum0(&d, cl, "asked_remote");
+	if (asked > 0 || jnum0(&d, cl, "answered") > 0)
+		printf("  claims:  %.0f asked (%.0f of another node), %.0f refused, %.0f unverified; "
+		       "%.0f answered for peers, authority for %.0f groups\n",
+		       asked, jnum0(&d, cl, "asked_remote"), jnum0(&d, cl, "refused"), jnum0(&d, cl, "unverified"),
+		       jnum0(&d, cl, "answered"), jnum0(&d, cl, "groups"));
 	int nodes = jget(&d, p, "nodes");
 	for (int c = nodes >= 0 ? d.n[nodes].child : -1; c >= 0; c = d.n[c].next) {
 		const char *addr = jstr(&d, c, "addr");

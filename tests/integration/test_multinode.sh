@@ -455,6 +455,10 @@ else:
     bad |= wrong_epochs == 0 or claims > 0
 sys.exit(bad)
 PYEOF
+	if [ "$2" = auto ]; then
+		DLSHIM_RUNTIME_DIR="$T/${1}0" "$B/dlshim" status | grep -q "claims: *[1-9][0-9]* asked" ||
+			fail "$1: status does not show the claims"
+	fi
 	for i in 0 1 2; do kill -9 "$(cat "$T/pid$i")" 2>/dev/null || true; done
 }
 ddp_run ddpspan auto 24500
