@@ -91,10 +91,13 @@ static long scan_list(const char *list, struct walk *w, char *err, size_t errlen
 		if (dlshim_path_normalize(dir, line, abs, sizeof(abs)) < 0)
 			continue;
 		struct stat st;
-		if (stat(abs, &st) == 0 && S_ISREG(st.st_mode) && !on_pseudo_fs(abs)) {
+		int rc = stat(abs, &st);
+		if (rc == 0 && S_ISREG(st.st_mode) && !on_pseudo_fs(abs)) {
 			w->n++;
 			if (w->fn(w->ctx, abs, &st, list))
 				w->stop = 1;
+		} else if (rc < 0 && errno == ENOENT && w->fn(w->ctx, abs, NULL, list)) {
+			w->stop = 1; /* not here: another node may have it */
 		}
 	}
 	fclose(f);

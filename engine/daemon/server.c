@@ -629,9 +629,21 @@ struct scan_acc {
 
 static char *group_key(const char *path, const char *root, enum dlshim_redirect mode);
 
+static void add_remote(struct scan_acc *a, const char *path, uint64_t size, int64_t mtime_ns, const char *root);
+
 static int scan_cb(void *ctx, const char *path, const struct stat *st, const char *root)
 {
 	struct scan_acc *a = ctx;
+	if (st == NULL) {
+		/* A listed file that is not here: in a redirect mode a peer's
+		 * file joins the dataset, as the roots' remote files do. */
+		uint64_t size, holders;
+		int64_t mtime;
+		if (a->mode != DLSHIM_REDIRECT_OFF && dlshim_config_path_routed(&D.cfg, path, strlen(path)) &&
+		    peer_module_lookup(path, &size, &mtime, &holders) == 0)
+			add_remote(a, path, size, mtime, root);
+		return 0;
+	}
 	if (a->n == a->cap) {
 		size_t cap = a->cap ? a->cap * 2 : 1024;
 		struct scanned *v = realloc(a->v, cap * sizeof(*v));
@@ -683,9 +695,30 @@ static char *group_key(const char *path, const char *root, enum dlshim_redirect 
 	return group;
 }
 
-/* A file some peer is home for, under one of the job's roots and absent
- * here: it joins the job's dataset (and its label group) under its
+/* A file some peer is home for and absent here joins the job's dataset
+ * (and its label group, `root` being its root or the file list) under its
  * synthetic identity. */
+static void add_remote(struct scan_acc *a, const char *path, uint64_t size, int64_t mtime_ns, const char *root)
+{
+	if (a->n == a->cap) {
+		size_t cap = a->cap ? a->cap * 2 : 1024;
+		struct scanned *v = realloc(a->v, cap * sizeof(*v));
+		if (v == NULL)
+			return;
+		a->v = v;
+		a->cap = cap;
+	}
+	struct scanned *s = &a->v[a->n];
+	s->id = (struct dlshim_file_id){PEER_REMOTE_DEV, peer_path_hash(path), size, mtime_ns, 0};
+	s->path = strdup(path);
+	s->group = group_key(path, root, a->mode);
+	if (s->path)
+		a->n++;
+	else
+		free(s->group);
+}
+
+/* Every remote file under one of the job's roots. */
 static void remote_cb(void *ctx, const char *path, uint64_t size, int64_t mtime_ns)
 {
 	struct scan_acc *a = ctx;
@@ -705,24 +738,8 @@ static void remote_cb(void *ctx, const char *path, uint64_t size, int64_t mtime_
 		r += *r == ',';
 	}
 	struct stat st;
-	if (root == NULL || lstat(path, &st) == 0)
-		return;
-	if (a->n == a->cap) {
-		size_t cap = a->cap ? a->cap * 2 : 1024;
-		struct scanned *v = realloc(a->v, cap * sizeof(*v));
-		if (v == NULL)
-			return;
-		a->v = v;
-		a->cap = cap;
-	}
-	struct scanned *s = &a->v[a->n];
-	s->id = (struct dlshim_file_id){PEER_REMOTE_DEV, peer_path_hash(path), size, mtime_ns, 0};
-	s->path = strdup(path);
-	s->group = group_key(path, root, a->mode);
-	if (s->path)
-		a->n++;
-	else
-		free(s->group);
+	if (root != NULL && lstat(path, &st) != 0)
+		add_remote(a, path, size, mtime_ns, root);
 }
 
 /* Scan (without the lock: other clients keep being served) and declare
@@ -733,7 +750,8 @@ static long declare_files(int job, const char *roots, const char *list, enum dls
 	struct scan_acc a = {.mode = mode, .roots = roots};
 	long n = dlshim_scan(roots, list, scan_cb, &a, err, errlen);
 	/* Redirect modes: the dataset is the cluster's files under the roots
-	 * (a file list names its own files). */
+	 * (with a file list, the listed ones: scan_cb adds those only a peer
+	 * has). */
 	if (n >= 0 && mode != DLSHIM_REDIRECT_OFF && (list == NULL || list[0] == 0) && peer_module_enabled()) {
 		size_t before = a.n;
 		peer_module_remote_files(remote_cb, &a);

@@ -8,8 +8,9 @@
 #include <sys/stat.h>
 
 /* Called once per regular file with its absolute path, its stat and the
- * root it was found under (the list's path for a file list). Return
- * non-zero to stop the scan. */
+ * root it was found under (the list's path for a file list). A listed path
+ * that does not exist comes with `st` NULL (with peers, another node may
+ * hold it). Return non-zero to stop the scan. */
 typedef int (*dlshim_scan_fn)(void *ctx, const char *path, const struct stat *st, const char *root);
 
 /* Scan `roots` (comma-separated absolute paths, as DLSHIM_ROOTS) or, when

@@ -249,7 +249,7 @@ redirect_run() { # name prefetch port-base [mode]
 		wait_for 15 peers_up $i 2 || { cat "$T/$RUNP"*/dlshimd.log; fail "$1: node $i does not see both peers"; }
 	done
 	for i in 0 1 2; do
-		on_node $i env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=$mode \
+		on_node $i env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=$mode ${FILELIST:+DLSHIM_FILELIST=$FILELIST} \
 			$PY "$HERE/mn_torch_job.py" "$ROOT" "$T/manifest" "$T/out_$1_$i.json" 2 >"$T/job_$1_$i.out" 2>&1 &
 	done
 	for i in 0 1 2; do
@@ -310,6 +310,18 @@ redirect_run rdoff 0 24100
 redirect_run rdon 8 24200
 # any: one label group per root (and extension) across the cluster.
 redirect_run rdany 8 24400 any
+# A file list naming the cluster's files (relative to the list): those only
+# a peer has join the redirect dataset too, so prefetch serves them.
+sed 's| .*||; s|^|root/|' "$T/manifest" >"$T/list"
+FILELIST="$T/list" redirect_run rdlist 8 24700
+$PY - "$T" <<'PYEOF' || fail "rdlist: the listed remote files are not part of the redirect dataset"
+import json, sys
+c = json.load(open(f"{sys.argv[1]}/counts_rdlist"))
+man = [l.split() for l in open(f"{sys.argv[1]}/manifest")]
+remote = sum(1 for i in range(3) for rel, sha, size, home in man if int(home) != i)
+print(f"rdlist: {c['requests']} remote requests for {remote} remote files, {c['hits']} prefetch hits")
+sys.exit(0 if c["requests"] < remote and c["hits"] > 0 else 1)
+PYEOF
 
 # ---- phase 4: redirect, node 2 dies mid-epoch ----
 # Jobs on nodes 0 and 1 must finish; every sample is the exact bytes of a

@@ -28,6 +28,8 @@ static int local_cb(void *ctx, const char *path, const struct stat *st, const ch
 	(void)ctx;
 	(void)root;
 	struct entry *e;
+	if (st == NULL)
+		return 0; /* a listed file that is not here (no list is used here) */
 	HASH_FIND_STR(local, path, e);
 	if (e)
 		return 0;
