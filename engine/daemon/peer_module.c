@@ -22,7 +22,7 @@ static struct {
 	int (*fetch)(struct session *, struct peer_item *, int, char *, size_t);
 	void (*note_served)(uint32_t);
 	int (*prefetch_k)(void);
-	int (*claim)(const char *, const char *, uint32_t, const char *, uint32_t, uint32_t *);
+	int (*claim)(const char *, const char *, uint32_t, const char *, uint32_t, uint32_t *, uint64_t *, uint32_t *);
 } M;
 static char load_error[PATH_MAX + 256];
 
@@ -123,10 +123,11 @@ int peer_module_fetch(struct session *s, struct peer_item *it, int n, char *why,
 }
 
 int peer_module_claim(const char *job, const char *group, uint32_t size, const char *path, uint32_t epoch,
-		      uint32_t *at)
+		      uint32_t *at, uint64_t *sync, uint32_t *nsync)
 {
 	*at = epoch;
-	return peer_module_enabled() ? M.claim(job, group, size, path, epoch, at) : -2;
+	*nsync = 0;
+	return peer_module_enabled() ? M.claim(job, group, size, path, epoch, at, sync, nsync) : -2;
 }
 
 void peer_module_note_served(uint32_t item)

@@ -59,9 +59,12 @@ int peer_module_fetch(struct session *s, struct peer_item *it, int n, char *why,
  * of the group's epoch, `epoch` (path NULL: a re-open; is that epoch still
  * current?). See peers/peer_claims.c: 1 granted in epoch *at, 0 refused
  * (held, or moved on, in epoch *at), -1 not verifiable (the group's
- * authority is unreachable), -2 multi-node is off (nothing to ask). */
+ * authority is unreachable), -2 multi-node is off (nothing to ask).
+ * `sync` (room for PEER_MODULE_SYNC_MAX) receives *nsync path hashes of
+ * the group's files other nodes took in epoch *at. */
+#define PEER_MODULE_SYNC_MAX 64 /* = PEER_CLAIM_SYNC_MAX */
 int peer_module_claim(const char *job, const char *group, uint32_t size, const char *path, uint32_t epoch,
-		      uint32_t *at);
+		      uint32_t *at, uint64_t *sync, uint32_t *nsync);
 /* An item was served to a client: a prefetch hit if it came as a prefetch. */
 void peer_module_note_served(uint32_t item);
 /* The "peers" object of the stats JSON. */

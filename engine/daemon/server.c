@@ -419,6 +419,28 @@ void daemon_engine_open(int job, const struct dlshim_file_id *id, unsigned flags
  * only a guard against a misbehaving authority. */
 #define REFUSALS_MAX 4096
 
+/* Path hash -> item of every declared file (multi-node only), for the
+ * files a claim's answer says other nodes took. Guarded by D.mu. */
+struct path_item {
+	uint64_t hash;
+	uint32_t item;
+	UT_hash_handle hh;
+};
+static struct path_item *path_items;
+
+static void path_item_note(const char *path, uint32_t item)
+{
+	uint64_t h = peer_path_hash(path);
+	struct path_item *p;
+	HASH_FIND(hh, path_items, &h, sizeof(h), p);
+	if (p == NULL && (p = calloc(1, sizeof(*p))) != NULL) {
+		p->hash = h;
+		HASH_ADD(hh, path_items, hash, sizeof(p->hash), p);
+	}
+	if (p)
+		p->item = item;
+}
+
 /* A job whose ranks run on several nodes: may this node serve the file
  * just decided, or is a re-open's decision still of the group's current
  * epoch? The group's claim authority knows (peers/peer_claims.c). Returns
@@ -443,15 +465,26 @@ static int claim_denied(int job, const struct dlshim_open_result *res)
 		snprintf(name, sizeof(name), "%s", dlshim_engine_job_name(D.eng, job));
 	}
 	pthread_mutex_unlock(&D.mu);
-	uint32_t at;
-	int g = known ? peer_module_claim(name, group, size, res->decided ? path : NULL, res->gepoch, &at) : -1;
-	if (g < 0 || (g == 1 && at == res->gepoch))
+	uint32_t at, nsync;
+	uint64_t sync[PEER_MODULE_SYNC_MAX];
+	int g = known ? peer_module_claim(name, group, size, res->decided ? path : NULL, res->gepoch, &at, sync, &nsync)
+		      : -1;
+	if (g < 0)
 		return 0;
 	pthread_mutex_lock(&D.mu);
 	/* Granted in a later epoch (this node was behind) or refused: either
 	 * way the file is consumed in epoch `at`. A re-open of a past epoch:
 	 * only the epoch is news. */
-	dlshim_engine_group_catch_up(D.eng, job, res->item, at, res->decided);
+	if (g == 0 || at != res->gepoch)
+		dlshim_engine_group_catch_up(D.eng, job, res->item, at, res->decided);
+	/* What the other nodes took meanwhile: this node's next decisions
+	 * avoid it instead of learning it one refusal at a time. */
+	for (uint32_t k = 0; k < nsync; k++) {
+		struct path_item *pi;
+		HASH_FIND(hh, path_items, &sync[k], sizeof(sync[k]), pi);
+		if (pi)
+			dlshim_engine_group_catch_up(D.eng, job, pi->item, at, 1);
+	}
 	D.claims_refused[job] += g == 0 && res->decided;
 	pthread_mutex_unlock(&D.mu);
 	return g == 0;
@@ -757,9 +790,13 @@ static long declare_files(int job, const char *roots, const char *list, enum dls
 		peer_module_remote_files(remote_cb, &a);
 		n += (long)(a.n - before);
 	}
+	int peers = peer_module_enabled();
 	pthread_mutex_lock(&D.mu);
-	for (size_t i = 0; i < a.n; i++)
-		dlshim_engine_job_add_file(D.eng, job, &a.v[i].id, a.v[i].path, a.v[i].group);
+	for (size_t i = 0; i < a.n; i++) {
+		uint32_t it = dlshim_engine_job_add_file(D.eng, job, &a.v[i].id, a.v[i].path, a.v[i].group);
+		if (peers && it != UINT32_MAX)
+			path_item_note(a.v[i].path, it);
+	}
 	dlshim_engine_job_dataset_done(D.eng, job, mode, chunk);
 	pthread_mutex_unlock(&D.mu);
 	for (size_t i = 0; i < a.n; i++) {

@@ -15,8 +15,9 @@
  *     inside the segment;
  *   - DONE: from a node of the cluster;
  *   - CLAIM: from another node, for a non-empty group, known flags;
- *   - CLAIM_R: from another node, granted 0 or 1, and fitting a claim of
- *     epoch 3 only when it names epoch 3 or later.
+ *   - CLAIM_R: from another node, granted 0 or 1, its path hashes exactly
+ *     filling the message (at most 64), and fitting a claim of epoch 3 only
+ *     when it names epoch 3 or later.
  * Built by `make fuzz` (clang, libFuzzer) and, for `make test`, by gcc with
  * ASan/UBSan together with tests/fuzz/replay.c over tests/fuzz/corpus/peer.
  */
@@ -124,9 +125,11 @@ static void claim(const char *m, size_t len)
 static void claim_r(const char *m, size_t len)
 {
 	struct peer_claim_r r;
-	if (peer_wire_claim_r(m, len, NODES, SELF, &r) < 0)
+	uint64_t sync[PEER_CLAIM_SYNC_MAX];
+	if (peer_wire_claim_r(m, len, NODES, SELF, &r, sync) < 0)
 		return;
-	CHECK(len == sizeof(r) && r.node < NODES && r.node != SELF && r.granted <= 1);
+	CHECK(r.nsync <= PEER_CLAIM_SYNC_MAX && len == sizeof(r) + r.nsync * sizeof(uint64_t));
+	CHECK(r.node < NODES && r.node != SELF && r.granted <= 1);
 	if (peer_wire_claim_r_fits(&r, 3) == 0)
 		CHECK(r.epoch >= 3);
 }

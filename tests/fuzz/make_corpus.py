@@ -112,7 +112,7 @@ def peer():
         "done": b"\x04" + struct.pack("<IIQQ", 2, 9, 7, 5),
         "claim": b"\x05" + struct.pack("<IIQQQQII", 2, 3, 11, 0xAB, 0xCD, 0xEF, 30, 0),
         "claim_current": b"\x05" + struct.pack("<IIQQQQII", 1, 3, 12, 0xAB, 0xCD, 0, 30, 1),
-        "claim_r": b"\x06" + struct.pack("<IIQII", 1, 1, 11, 4, 0),
+        "claim_r": b"\x06" + struct.pack("<IIQII", 1, 1, 11, 4, 2) + struct.pack("<QQ", 0x1111, 0x2222),
         "claim_r_stale": b"\x06" + struct.pack("<IIQII", 2, 0, 12, 2, 0),
     }
 

@@ -24,32 +24,32 @@ static void test_table_rules(void **state)
 	uint32_t at = 99;
 	const uint64_t job = 11, other_job = 12, grp = 0x77, f1 = 0xabcdef, f2 = 0xabcdf0, f3 = 0xabcdf1;
 	/* A group of 3 files. */
-	assert_int_equal(claim_table_claim(t, job, grp, f1, 3, 0, 0, &at), 1);
+	assert_int_equal(claim_table_claim(t, job, grp, f1, 3, 0, 0, &at, NULL), 1);
 	assert_int_equal(at, 0);
 	/* The same node again, same epoch (a lost reply): granted. */
-	assert_int_equal(claim_table_claim(t, job, grp, f1, 3, 0, 0, &at), 1);
+	assert_int_equal(claim_table_claim(t, job, grp, f1, 3, 0, 0, &at, NULL), 1);
 	/* Another node, same epoch: refused, naming the epoch that holds it. */
-	assert_int_equal(claim_table_claim(t, job, grp, f1, 3, 0, 1, &at), 0);
+	assert_int_equal(claim_table_claim(t, job, grp, f1, 3, 0, 1, &at, NULL), 0);
 	assert_int_equal(at, 0);
-	assert_int_equal(claim_table_current(t, job, grp, 0, &at), 1);
-	assert_int_equal(claim_table_claim(t, job, grp, f2, 3, 0, 1, &at), 1);
+	assert_int_equal(claim_table_current(t, job, grp, 0, 0, &at, NULL), 1);
+	assert_int_equal(claim_table_claim(t, job, grp, f2, 3, 0, 1, &at, NULL), 1);
 	/* The third file completes the group: the epoch turns. */
-	assert_int_equal(claim_table_claim(t, job, grp, f3, 3, 0, 1, &at), 1);
+	assert_int_equal(claim_table_claim(t, job, grp, f3, 3, 0, 1, &at, NULL), 1);
 	assert_int_equal(at, 0);
-	assert_int_equal(claim_table_current(t, job, grp, 0, &at), 0);
+	assert_int_equal(claim_table_current(t, job, grp, 0, 0, &at, NULL), 0);
 	assert_int_equal(at, 1);
 	/* A node still in epoch 0 asking for f1 gets it in epoch 1. */
-	assert_int_equal(claim_table_claim(t, job, grp, f1, 3, 0, 0, &at), 1);
+	assert_int_equal(claim_table_claim(t, job, grp, f1, 3, 0, 0, &at, NULL), 1);
 	assert_int_equal(at, 1);
-	assert_int_equal(claim_table_claim(t, job, grp, f1, 3, 1, 1, &at), 0);
+	assert_int_equal(claim_table_claim(t, job, grp, f1, 3, 1, 1, &at, NULL), 0);
 	assert_int_equal(at, 1);
 	/* A view ahead of the record (the node saw the group complete): adopted. */
-	assert_int_equal(claim_table_claim(t, job, grp, f1, 3, 4, 1, &at), 1);
+	assert_int_equal(claim_table_claim(t, job, grp, f1, 3, 4, 1, &at, NULL), 1);
 	assert_int_equal(at, 4);
-	assert_int_equal(claim_table_claim(t, job, grp, f1, 3, 2, 0, &at), 0);
+	assert_int_equal(claim_table_claim(t, job, grp, f1, 3, 2, 0, &at, NULL), 0);
 	assert_int_equal(at, 4);
 	/* Another job's claims are its own. */
-	assert_int_equal(claim_table_claim(t, other_job, grp, f1, 3, 0, 2, &at), 1);
+	assert_int_equal(claim_table_claim(t, other_job, grp, f1, 3, 0, 2, &at, NULL), 1);
 	assert_int_equal(at, 0);
 	assert_int_equal(claim_table_count(t), 2);
 	claim_table_free(t);
@@ -62,10 +62,10 @@ static void test_table_grows(void **state)
 	uint32_t at;
 	enum { N = 100000 };
 	for (uint64_t f = 0; f < N; f++)
-		assert_int_equal(claim_table_claim(t, 5, f % 7, f * 0x9e3779b97f4a7c15ULL, N, 0, 0, &at), 1);
+		assert_int_equal(claim_table_claim(t, 5, f % 7, f * 0x9e3779b97f4a7c15ULL, N, 0, 0, &at, NULL), 1);
 	assert_int_equal(claim_table_count(t), 7);
 	for (uint64_t f = 0; f < N; f++)
-		assert_int_equal(claim_table_claim(t, 5, f % 7, f * 0x9e3779b97f4a7c15ULL, N, 0, 1, &at), 0);
+		assert_int_equal(claim_table_claim(t, 5, f % 7, f * 0x9e3779b97f4a7c15ULL, N, 0, 1, &at, NULL), 0);
 	claim_table_free(t);
 }
 
@@ -133,11 +133,13 @@ static void node_init(struct node *n, int self)
 	dlshim_engine_job_dataset_done(n->e, n->job, DLSHIM_REDIRECT_DIR, 4);
 }
 
+static uint64_t fhash(int f) { return (uint64_t)(f + 1) * 0x9e3779b97f4a7c15ULL; }
+
 /* One request of node `ni` for file `f`, served as the coordinator does
  * (claim_denied in engine/daemon/server.c): decide, claim (or, for a
  * re-open, ask whether its epoch is still current), and decide again while
  * refused. Returns the file served. */
-static int serve(struct node *nodes, int ni, int f, struct claim_table *t, int *refusals, int *stale)
+static int serve(struct node *nodes, int ni, int f, struct claim_table *t, int use_sync, int *refusals, int *stale)
 
 {
 	struct node *n = &nodes[ni];
@@ -167,17 +169,28 @@ static int serve(struct node *nodes, int ni, int f, struct claim_table *t, int *
 				dlshim_engine_release(n->e, n->job, slot, gen, 2000, 0);
 			return sf;
 		}
+		uint64_t hashes[8];
+		struct claim_sync cs = {hashes, 8, 0};
 		if (res.decided)
-			g = claim_table_claim(t, 77, gh, (uint64_t)(sf + 1) * 0x9e3779b97f4a7c15ULL, size, res.gepoch,
-					      (uint32_t)ni, &at);
+			g = claim_table_claim(t, 77, gh, fhash(sf), size, res.gepoch, (uint32_t)ni, &at,
+					      use_sync ? &cs : NULL);
 		else
-			g = claim_table_current(t, 77, gh, res.gepoch, &at);
+			g = claim_table_current(t, 77, gh, res.gepoch, (uint32_t)ni, &at, use_sync ? &cs : NULL);
 		assert_true(g >= 0);
 		assert_true(at >= res.gepoch);
 		if (gen)
 			dlshim_engine_release(n->e, n->job, slot, gen, g ? 2000 : 0, 0);
 		if (g == 1 && at > res.gepoch)
 			assert_true(dlshim_engine_group_catch_up(n->e, n->job, res.item, at, 1) == at);
+		/* What the other node took meanwhile (as the coordinator applies it). */
+		for (uint32_t k = 0; k < cs.n; k++) {
+			int of = -1;
+			for (int x = 0; x < FILES; x++)
+				if (fhash(x) == hashes[k])
+					of = x;
+			assert_true(of >= 0 && of / PER == sf / PER);
+			dlshim_engine_group_catch_up(n->e, n->job, n->item[of], at, 1);
+		}
 		if (g == 1)
 			return sf;
 		if (res.decided)
@@ -191,9 +204,10 @@ static int serve(struct node *nodes, int ni, int f, struct claim_table *t, int *
 	return -1;
 }
 
-/* EPOCHS epochs of the job over two nodes, with claims or without (each
- * node deciding on its own view). Returns the files served other than
- * once in their epoch, summed over the epochs. */
+/* EPOCHS epochs of the job over two nodes, with claims (1; 2: answers
+ * also tell what the other node took) or without (0: each node deciding
+ * on its own view). Returns the files served other than once in their
+ * epoch, summed over the epochs. */
 static int run_epochs(int claims, int *refusals, int *stale)
 {
 	struct node nodes[NODES];
@@ -221,7 +235,7 @@ static int run_epochs(int claims, int *refusals, int *stale)
 				ni = 1 - ni;
 			int f = order[next[ni]];
 			next[ni] += NODES;
-			int s = serve(nodes, ni, f, t, refusals, stale);
+			int s = serve(nodes, ni, f, t, claims == 2, refusals, stale);
 			assert_int_equal(s / PER, f / PER); /* the label group asked for */
 			count[s]++;
 		}
@@ -239,20 +253,62 @@ static int run_epochs(int claims, int *refusals, int *stale)
 static void test_two_nodes_share_epochs(void **state)
 {
 	(void)state;
-	int refusals = 0, stale = 0;
-	int wrong = run_epochs(1, &refusals, &stale);
+	int refusals = 0, stale = 0, r1 = 0, s1 = 0, r0 = 0, s0 = 0;
+	int wrong = run_epochs(2, &refusals, &stale);
 	if (wrong)
 		fail_msg("with claims, %d files were not served exactly once in their epoch", wrong);
+	/* Without the answers' news each refusal teaches one file: more. */
+	wrong = run_epochs(1, &r1, &s1);
+	if (wrong)
+		fail_msg("with claims (no news), %d files were not served exactly once in their epoch", wrong);
 	/* Each node's view of the job lags (half its files go to the other
 	 * node): the claims must have had to correct it. */
-	assert_true(refusals + stale > 0);
-	int r0 = 0, s0 = 0;
+	assert_true(r1 + s1 > 0);
+	assert_true(refusals < r1);
 	int without = run_epochs(0, &r0, &s0);
 	print_message("two nodes, %d epochs of %d files: with claims every file once per epoch (%d decisions refused, "
-		      "%d re-opens of a past epoch, each decided again); without, %d files served other than once\n",
-		      EPOCHS, FILES, refusals, stale, without);
+		      "%d re-opens of a past epoch, each decided again; %d and %d when answers do not tell what the "
+		      "other node took); without claims, %d files served other than once\n",
+		      EPOCHS, FILES, refusals, stale, r1, s1, without);
 	/* The check above can fail: without claims the nodes overlap. */
 	assert_true(without > 0);
+}
+
+/* An answer tells a node what the others took since it last asked, once. */
+static void test_table_sync(void **state)
+{
+	(void)state;
+	struct claim_table *t = claim_table_new();
+	uint32_t at;
+	uint64_t h[2];
+	struct claim_sync cs = {h, 2, 0};
+	assert_int_equal(claim_table_claim(t, 1, 9, 101, 10, 0, 0, &at, &cs), 1);
+	assert_int_equal(cs.n, 0);
+	assert_int_equal(claim_table_claim(t, 1, 9, 102, 10, 0, 1, &at, &cs), 1);
+	assert_int_equal(cs.n, 1);
+	assert_true(h[0] == 101);
+	for (uint64_t f = 103; f < 106; f++)
+		assert_int_equal(claim_table_claim(t, 1, 9, f, 10, 0, 1, &at, NULL), 1);
+	/* Node 0 hears of 102..105 (not its own 101), two per answer. */
+	assert_int_equal(claim_table_current(t, 1, 9, 0, 0, &at, &cs), 1);
+	assert_int_equal(cs.n, 2);
+	assert_true(h[0] == 102 && h[1] == 103);
+	assert_int_equal(claim_table_claim(t, 1, 9, 106, 10, 0, 0, &at, &cs), 1);
+	assert_int_equal(cs.n, 2);
+	assert_true(h[0] == 104 && h[1] == 105);
+	assert_int_equal(claim_table_current(t, 1, 9, 0, 0, &at, &cs), 1);
+	assert_int_equal(cs.n, 0);
+	/* A new epoch starts the news over. */
+	for (uint64_t f = 107; f < 111; f++)
+		assert_int_equal(claim_table_claim(t, 1, 9, f, 10, 0, 1, &at, NULL), 1);
+	assert_int_equal(claim_table_claim(t, 1, 9, 101, 10, 1, 1, &at, NULL), 1);
+	assert_int_equal(at, 1);
+	assert_int_equal(claim_table_current(t, 1, 9, 1, 0, &at, &cs), 1);
+	assert_int_equal(cs.n, 1);
+	assert_true(h[0] == 101);
+	/* A node index beyond the table's is refused as an error. */
+	assert_int_equal(claim_table_claim(t, 1, 9, 200, 10, 1, CLAIM_MAX_NODES, &at, &cs), -1);
+	claim_table_free(t);
 }
 
 /* A node far behind (it restarted, or joined late) catches up: the group
@@ -300,6 +356,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_table_rules),
 		cmocka_unit_test(test_table_grows),
+		cmocka_unit_test(test_table_sync),
 		cmocka_unit_test(test_two_nodes_share_epochs),
 		cmocka_unit_test(test_catch_up),
 	};

@@ -263,25 +263,33 @@ static void test_claims(void **state)
 	put(&c, sizeof(c));
 	assert_int_equal(peer_wire_claim(buf, len, NODES, SELF, &co), 0);
 
-	struct peer_claim_r r = {.node = HOME, .granted = 0, .req = 9, .epoch = 4}, ro;
+	struct peer_claim_r r = {.node = HOME, .granted = 0, .req = 9, .epoch = 4, .nsync = 2}, ro;
+	uint64_t hs[2] = {0x1111, 0x2222}, got[PEER_CLAIM_SYNC_MAX];
 	len = 0;
 	put(&r, sizeof(r));
-	assert_int_equal(peer_wire_claim_r(buf, len, NODES, SELF, &ro), 0);
+	put(hs, sizeof(hs));
+	assert_int_equal(peer_wire_claim_r(buf, len, NODES, SELF, &ro, got), 0);
 	assert_memory_equal(&ro, &r, sizeof(r));
+	assert_memory_equal(got, hs, sizeof(hs));
 	assert_int_equal(peer_wire_claim_r_fits(&ro, 4), 0);
 	assert_int_equal(peer_wire_claim_r_fits(&ro, 3), 0);
 	/* An answer naming an epoch older than the one asked. */
 	assert_int_equal(peer_wire_claim_r_fits(&ro, 5), -1);
+	/* The hashes must be exactly nsync. */
 	put("", 1);
-	assert_int_equal(peer_wire_claim_r(buf, len, NODES, SELF, &ro), -1);
-	struct peer_claim_r rbad[] = {r, r, r};
+	assert_int_equal(peer_wire_claim_r(buf, len, NODES, SELF, &ro, got), -1);
+	assert_int_equal(peer_wire_claim_r(buf, len - 9, NODES, SELF, &ro, got), -1);
+	struct peer_claim_r rbad[] = {r, r, r, r};
 	rbad[0].node = SELF;
 	rbad[1].node = NODES;
 	rbad[2].granted = 2;
+	rbad[3].nsync = PEER_CLAIM_SYNC_MAX + 1;
 	for (size_t i = 0; i < sizeof(rbad) / sizeof(rbad[0]); i++) {
 		len = 0;
 		put(&rbad[i], sizeof(rbad[i]));
-		assert_int_equal(peer_wire_claim_r(buf, len, NODES, SELF, &ro), -1);
+		for (uint32_t k = 0; k < rbad[i].nsync && k < PEER_CLAIM_SYNC_MAX + 1; k++)
+			put(hs, sizeof(hs[0]));
+		assert_int_equal(peer_wire_claim_r(buf, len, NODES, SELF, &ro, got), -1);
 	}
 }
 

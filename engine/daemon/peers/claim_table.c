@@ -1,7 +1,9 @@
 /* One record per (job, group): its epoch and the files consumed in it, an
- * open-addressing set of path hashes (16 bytes a file, at most half full),
- * emptied when the epoch turns. Records are never removed: they live as
- * long as the coordinator (a group costs its files' set once per job). */
+ * open-addressing set of path hashes (16 bytes a file, at most half full)
+ * and the same files in the order they were taken (12 bytes a file, for
+ * telling each node what the others took since it last asked), emptied
+ * when the epoch turns. Records are never removed: they live as long as
+ * the coordinator (a group costs its files' set once per job). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,10 @@ struct grec {
 	uint32_t epoch, count;
 	struct fent *v;
 	size_t cap;     /* power of two */
+	uint64_t *log;  /* count files, in the order taken */
+	uint32_t *log_node;
+	size_t log_cap;
+	uint32_t cursor[CLAIM_MAX_NODES]; /* log entries each node was told of */
 	UT_hash_handle hh;
 };
 
@@ -45,6 +51,8 @@ void claim_table_free(struct claim_table *t)
 	HASH_ITER(hh, t->groups, g, tmp) {
 		HASH_DEL(t->groups, g);
 		free(g->v);
+		free(g->log);
+		free(g->log_node);
 		free(g);
 	}
 	pthread_mutex_destroy(&t->mu);
@@ -82,12 +90,41 @@ static int grow(struct grec *g)
 	return 0;
 }
 
+static int grow_log(struct grec *g)
+{
+	size_t cap = g->log_cap ? g->log_cap * 2 : 64;
+	uint64_t *l = realloc(g->log, cap * sizeof(*l));
+	if (l == NULL)
+		return -1;
+	g->log = l;
+	uint32_t *n = realloc(g->log_node, cap * sizeof(*n));
+	if (n == NULL)
+		return -1;
+	g->log_node = n;
+	g->log_cap = cap;
+	return 0;
+}
+
 static void next_epoch(struct grec *g, uint32_t epoch)
 {
 	g->epoch = epoch;
 	g->count = 0;
+	memset(g->cursor, 0, sizeof(g->cursor));
 	if (g->v)
 		memset(g->v, 0, g->cap * sizeof(*g->v));
+}
+
+/* Files other nodes took since `node` was last told (called before the
+ * epoch may turn, so they belong to the epoch answered about). */
+static void tell(struct grec *g, uint32_t node, struct claim_sync *sync)
+{
+	if (sync == NULL)
+		return;
+	sync->n = 0;
+	uint32_t *c = &g->cursor[node];
+	for (; *c < g->count && sync->n < sync->max; (*c)++)
+		if (g->log_node[*c] != node)
+			sync->file[sync->n++] = g->log[*c];
 }
 
 /* The record of (job, group), made at `epoch` if new, moved to `epoch` if
@@ -112,14 +149,18 @@ static struct grec *record(struct claim_table *t, uint64_t job, uint64_t group, 
 }
 
 int claim_table_claim(struct claim_table *t, uint64_t job, uint64_t group, uint64_t file, uint32_t size,
-		      uint32_t epoch, uint32_t node, uint32_t *at)
+		      uint32_t epoch, uint32_t node, uint32_t *at, struct claim_sync *sync)
 {
 	if (file == 0)
 		file = 1; /* 0 marks an empty entry */
 	*at = epoch;
+	if (sync)
+		sync->n = 0;
+	if (node >= CLAIM_MAX_NODES)
+		return -1;
 	pthread_mutex_lock(&t->mu);
 	struct grec *g = record(t, job, group, epoch);
-	if (g == NULL || ((g->count + 1) * 2 > g->cap && grow(g) < 0)) {
+	if (g == NULL || ((g->count + 1) * 2 > g->cap && grow(g) < 0) || (g->count == g->log_cap && grow_log(g) < 0)) {
 		pthread_mutex_unlock(&t->mu);
 		return -1;
 	}
@@ -128,21 +169,33 @@ int claim_table_claim(struct claim_table *t, uint64_t job, uint64_t group, uint6
 	int granted;
 	if (f->file) {
 		granted = f->node == node;
+		tell(g, node, sync);
 	} else {
 		*f = (struct fent){file, node, 0};
+		g->log[g->count] = file;
+		g->log_node[g->count] = node;
 		granted = 1;
-		if (++g->count >= size)
+		g->count++;
+		tell(g, node, sync);
+		if (g->count >= size)
 			next_epoch(g, g->epoch + 1);
 	}
 	pthread_mutex_unlock(&t->mu);
 	return granted;
 }
 
-int claim_table_current(struct claim_table *t, uint64_t job, uint64_t group, uint32_t epoch, uint32_t *at)
+int claim_table_current(struct claim_table *t, uint64_t job, uint64_t group, uint32_t epoch, uint32_t node,
+			uint32_t *at, struct claim_sync *sync)
 {
+	if (sync)
+		sync->n = 0;
+	if (node >= CLAIM_MAX_NODES)
+		return -1;
 	pthread_mutex_lock(&t->mu);
 	struct grec *g = record(t, job, group, epoch);
 	*at = g ? g->epoch : epoch;
+	if (g)
+		tell(g, node, sync);
 	pthread_mutex_unlock(&t->mu);
 	return g == NULL ? -1 : *at == epoch;
 }

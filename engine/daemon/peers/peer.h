@@ -97,8 +97,10 @@ int peer_claims_start(void);
  * current) in epoch *at (>= epoch: catch up when later), 0 refused (held,
  * or moved on, in epoch *at), -1 when the group's authority cannot be
  * asked (unreachable, no answer in CLAIM_TIMEOUT_S: the caller serves it
- * unverified). Blocks. */
-int peer_claim(const char *job, const char *group, uint32_t size, const char *path, uint32_t epoch, uint32_t *at);
+ * unverified). `sync` (room for PEER_CLAIM_SYNC_MAX) receives *nsync path
+ * hashes of files other nodes took in epoch *at (claim_table.h). Blocks. */
+int peer_claim(const char *job, const char *group, uint32_t size, const char *path, uint32_t epoch, uint32_t *at,
+	       uint64_t *sync, uint32_t *nsync);
 /* Transport thread: a CLAIM to decide, a CLAIM_R to hand to its waiter. */
 void peer_claims_on_claim(const void *data, size_t len);
 void peer_claims_on_reply(const void *data, size_t len);

@@ -20,6 +20,7 @@
 #include "peer_wire.h"
 
 #define CLAIM_TIMEOUT_S 5
+_Static_assert(PEER_MODULE_SYNC_MAX == PEER_CLAIM_SYNC_MAX, "the coordinator's sync buffers hold a whole reply");
 
 struct waiter {
 	uint64_t req;
@@ -28,6 +29,8 @@ struct waiter {
 	int done;              /* 1 answered, -1 failed */
 	int granted;
 	uint32_t at;
+	uint64_t *sync;        /* room for PEER_CLAIM_SYNC_MAX */
+	uint32_t nsync;
 	struct waiter *next;
 };
 
@@ -61,21 +64,25 @@ static void unlink_waiter(struct waiter *w)
 }
 
 /* Decide at the authority (this node, or for a peer's CLAIM). */
-static int decide(const struct peer_claim *c, uint32_t *at)
+static int decide(const struct peer_claim *c, uint32_t *at, struct claim_sync *sync)
 {
 	if (c->flags & PEER_CLAIM_F_CURRENT)
-		return claim_table_current(C.t, c->job, c->group, c->epoch, at);
-	return claim_table_claim(C.t, c->job, c->group, c->file, c->size, c->epoch, c->node, at);
+		return claim_table_current(C.t, c->job, c->group, c->epoch, c->node, at, sync);
+	return claim_table_claim(C.t, c->job, c->group, c->file, c->size, c->epoch, c->node, at, sync);
 }
 
-int peer_claim(const char *job, const char *group, uint32_t size, const char *path, uint32_t epoch, uint32_t *at)
+int peer_claim(const char *job, const char *group, uint32_t size, const char *path, uint32_t epoch, uint32_t *at,
+	       uint64_t *sync, uint32_t *nsync)
 {
+	*nsync = 0;
 	struct peer_claim c = {(uint32_t)peer_self(), epoch, 0, peer_path_hash(job), peer_path_hash(group),
 			       path ? peer_path_hash(path) : 0, size ? size : 1, path ? 0 : PEER_CLAIM_F_CURRENT};
 	int auth = (int)(c.group % (uint64_t)peer_nnodes());
 	*at = epoch;
 	if (auth == peer_self()) {
-		int g = decide(&c, at);
+		struct claim_sync cs = {sync, PEER_CLAIM_SYNC_MAX, 0};
+		int g = decide(&c, at, &cs);
+		*nsync = cs.n;
 		pthread_mutex_lock(&C.mu);
 		C.asked_local++;
 		C.refused += g == 0;
@@ -92,7 +99,7 @@ int peer_claim(const char *job, const char *group, uint32_t size, const char *pa
 		pthread_mutex_unlock(&C.mu);
 		return -1;
 	}
-	struct waiter w = {.node = auth, .epoch = epoch};
+	struct waiter w = {.node = auth, .epoch = epoch, .sync = sync};
 	pthread_mutex_lock(&C.mu);
 	w.req = C.next_req++;
 	w.next = C.w;
@@ -123,6 +130,7 @@ int peer_claim(const char *job, const char *group, uint32_t size, const char *pa
 		return -1;
 	}
 	*at = w.at;
+	*nsync = w.nsync;
 	return w.granted;
 }
 
@@ -134,24 +142,29 @@ void peer_claims_on_claim(const void *data, size_t len)
 		return;
 	}
 	uint32_t at;
+	uint64_t sync[PEER_CLAIM_SYNC_MAX];
+	struct claim_sync cs = {sync, PEER_CLAIM_SYNC_MAX, 0};
 	/* Out of memory: refused in this epoch (the requester skips the
 	 * file this epoch rather than risk serving it twice). */
-	int g = decide(&c, &at);
-	struct peer_claim_r *r = malloc(sizeof(*r));
+	int g = decide(&c, &at, &cs);
+	size_t rlen = sizeof(struct peer_claim_r) + cs.n * sizeof(uint64_t);
+	struct peer_claim_r *r = malloc(rlen);
 	if (r == NULL)
 		return;
-	*r = (struct peer_claim_r){(uint32_t)peer_self(), g == 1, c.req, at, 0};
+	*r = (struct peer_claim_r){(uint32_t)peer_self(), g == 1, c.req, at, cs.n};
+	memcpy(r + 1, sync, cs.n * sizeof(uint64_t));
 	pthread_mutex_lock(&C.mu);
 	C.answered++;
 	C.answered_refused += g != 1;
 	pthread_mutex_unlock(&C.mu);
-	peer_queue_send((int)c.node, PEER_AM_CLAIM_R, r, sizeof(*r));
+	peer_queue_send((int)c.node, PEER_AM_CLAIM_R, r, rlen);
 }
 
 void peer_claims_on_reply(const void *data, size_t len)
 {
 	struct peer_claim_r r;
-	if (peer_wire_claim_r(data, len, peer_nnodes(), peer_self(), &r) < 0) {
+	uint64_t sync[PEER_CLAIM_SYNC_MAX];
+	if (peer_wire_claim_r(data, len, peer_nnodes(), peer_self(), &r, sync) < 0) {
 		dlog(DLSHIM_LOG_WARN, "peers: malformed CLAIM_R dropped");
 		return;
 	}
@@ -164,6 +177,8 @@ void peer_claims_on_reply(const void *data, size_t len)
 				w->done = 1;
 				w->granted = (int)r.granted;
 				w->at = r.epoch;
+				memcpy(w->sync, sync, r.nsync * sizeof(uint64_t));
+				w->nsync = r.nsync;
 			}
 			pthread_cond_broadcast(&C.cv);
 			break;

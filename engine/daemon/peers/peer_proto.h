@@ -101,12 +101,16 @@ struct peer_claim {
 	uint32_t flags;        /* PEER_CLAIM_F_* */
 };
 
+/* Followed by `nsync` uint64 path hashes: files of the group that other
+ * nodes took in `epoch` since the requester last asked (it marks them
+ * consumed, so its next decisions avoid them). */
+#define PEER_CLAIM_SYNC_MAX 64
 struct peer_claim_r {
 	uint32_t node;
 	uint32_t granted;      /* 1: granted (current); 0: refused (moved on) */
 	uint64_t req;
 	uint32_t epoch;        /* the epoch it was granted or is held in (>= the one asked) */
-	uint32_t pad;
+	uint32_t nsync;
 };
 
 #endif

@@ -105,12 +105,16 @@ int peer_wire_claim(const void *data, size_t len, int nnodes, int self, struct p
 		       : 0;
 }
 
-int peer_wire_claim_r(const void *data, size_t len, int nnodes, int self, struct peer_claim_r *r)
+int peer_wire_claim_r(const void *data, size_t len, int nnodes, int self, struct peer_claim_r *r, uint64_t *sync)
 {
-	if (len != sizeof(*r))
+	if (len < sizeof(*r))
 		return -1;
 	memcpy(r, data, sizeof(*r));
-	return r->node >= (uint32_t)nnodes || (int)r->node == self || r->granted > 1 ? -1 : 0;
+	if (r->node >= (uint32_t)nnodes || (int)r->node == self || r->granted > 1 || r->nsync > PEER_CLAIM_SYNC_MAX ||
+	    len != sizeof(*r) + (size_t)r->nsync * sizeof(uint64_t))
+		return -1;
+	memcpy(sync, (const char *)data + sizeof(*r), (size_t)r->nsync * sizeof(uint64_t));
+	return 0;
 }
 
 int peer_wire_claim_r_fits(const struct peer_claim_r *r, uint32_t epoch)

@@ -39,8 +39,9 @@ int peer_wire_done(const void *data, size_t len, int nnodes, struct peer_done *d
 /* CLAIM from another node of the cluster: a group of at least one file,
  * known flags. */
 int peer_wire_claim(const void *data, size_t len, int nnodes, int self, struct peer_claim *c);
-/* CLAIM_R from another node: granted is 0 or 1. */
-int peer_wire_claim_r(const void *data, size_t len, int nnodes, int self, struct peer_claim_r *r);
+/* CLAIM_R from another node: granted is 0 or 1, and exactly r->nsync
+ * (at most PEER_CLAIM_SYNC_MAX) path hashes follow, copied to `sync`. */
+int peer_wire_claim_r(const void *data, size_t len, int nnodes, int self, struct peer_claim_r *r, uint64_t *sync);
 /* ... and against the claim it answers: never an epoch older than the
  * one claimed (`epoch`, known to the requester). */
 int peer_wire_claim_r_fits(const struct peer_claim_r *r, uint32_t epoch);
