@@ -8,7 +8,10 @@
 #      requests (sum of the coordinators' counters), prefetch hits, epoch
 #      time (slowest node);
 #   2. scaling: 1, 2, 3 nodes with prefetch: files read per second by the
-#      whole cluster (baseline: 1 node).
+#      whole cluster (baseline: 1 node);
+#   3. one DDP job with a rank per node: exact, redirect with the ranks
+#      sharing the epoch (claims), and the same without claims (files
+#      repeat: a cost reference): epoch time, claims, repeats.
 # Every job's samples are checked (a permutation of the files, classes kept,
 # bytes exact). One machine, 2 cores shared by all nodes, TCP over veth: the
 # numbers show the protocol's request counts and overheads, not a network.
@@ -101,7 +104,7 @@ d = json.load(sys.stdin)["peers"]
 sys.exit(0 if sum(1 for n in d.get("nodes", []) if n.get("state") == "up" and n.get("files", 0) > 0) >= int(sys.argv[1]) else 1)' "$(($2 - 1))" 2>/dev/null
 }
 PORT=25000
-run() { # name nodes prefetch -> $T/res_<name>.json
+start_cluster() { # name nodes prefetch: fresh coordinators, connected
 	local name=$1 n=$2
 	RUN=$name PREFETCH=$3 PEERS=
 	layout "$n"
@@ -120,6 +123,10 @@ run() { # name nodes prefetch -> $T/res_<name>.json
 	else
 		for _ in $(seq 100); do [ -S "$T/${RUN}0/sock" ] && break; sleep 0.1; done
 	fi
+}
+run() { # name nodes prefetch -> $T/res_<name>.json
+	local name=$1 n=$2
+	start_cluster "$name" "$n" "$3"
 	sync
 	echo 3 >/proc/sys/vm/drop_caches || true
 	local t0 t1 pids=()
@@ -163,17 +170,74 @@ PYEOF
 	for i in $(seq 0 $((n - 1))); do kill -9 "$(cat "$T/pid$i")" 2>/dev/null || true; done
 	sleep 0.5
 }
+# 3. One DDP job with a rank on each of 3 nodes (gloo between the
+# namespaces, DistributedSampler, one epoch): exact mode; redirect dir with
+# the ranks sharing the epoch (claims); redirect dir with DLSHIM_JOB_SPAN=off
+# (each node's part decides alone: fewer messages, but files repeat, so it
+# is a cost reference, not a correct setting).
+ddp() { # name redirect span -> $T/res_<name>.json
+	local name=$1
+	start_cluster "$name" 3 "$K"
+	sync
+	echo 3 >/proc/sys/vm/drop_caches || true
+	local t0 t1 pids=()
+	t0=$(date +%s.%N)
+	for i in 0 1 2; do
+		on_node $i 3 env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=$2 DLSHIM_JOB_SPAN=$3 \
+			TORCHELASTIC_RUN_ID="b$name" WORLD_SIZE=3 LOCAL_WORLD_SIZE=1 RANK=$i \
+			MASTER_ADDR=10.231.9.1 MASTER_PORT=$((PORT + 50)) GLOO_SOCKET_IFNAME=eth0 \
+			$PY tests/integration/mn_ddp_job.py "$DS" "$T/manifest" "$T/out_$name$i.json" 1 \
+			>"$T/job_$name$i.out" 2>&1 &
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do wait "$p" || fail "$name: a rank failed ($(cat "$T"/job_$name*.out | tail -3))"; done
+	t1=$(date +%s.%N)
+	$PY - "$T" "$name" "$2" "$3" "$t0" "$t1" "$B/dlshim" <<'PYEOF'
+import collections, json, subprocess, sys
+t, name, mode, span, t0, t1, cli = sys.argv[1:8]
+man = [l.split() for l in open(f"{t}/manifest")]
+by_class = collections.defaultdict(dict)
+for rel, sha, size, h in man:
+    by_class[rel.split("/")[0]][sha] = rel
+got = [s for i in range(3) for s in json.load(open(f"{t}/out_{name}{i}.json"))[0]]
+served = collections.Counter(by_class[r.split("/")[0]].get(s) for r, s in got)
+if None in served:
+    sys.exit(f"{name}: a rank received bytes of no file of the class it asked for")
+res = {"name": name, "redirect": mode, "span": span, "seconds": float(t1) - float(t0), "samples": len(got),
+       "repeats": sum(c - 1 for c in served.values() if c > 1), "claims": 0, "claims_refused": 0,
+       "remote_requests": 0}
+# DistributedSampler pads the epoch to a multiple of the ranks: those
+# extra samples are files served a second time, and nothing else may be.
+if mode != "off" and span == "auto" and (res["repeats"] != len(got) - len(man) or len(served) != len(man)):
+    sys.exit(f"{name}: the ranks' epoch is not every file once ({res['repeats']} repeats)")
+for i in range(3):
+    st = json.loads(subprocess.run(["env", f"DLSHIM_RUNTIME_DIR={t}/{name}{i}", cli, "stats", "--json"],
+                                   capture_output=True, text=True).stdout)["peers"]
+    res["claims"] += st["claims"]["asked_local"] + st["claims"]["asked_remote"]
+    res["claims_refused"] += st["claims"]["refused"]
+    res["remote_requests"] += st["remote"]["requests"]
+res["samples_per_s"] = res["samples"] / res["seconds"]
+json.dump(res, open(f"{t}/res_{name}.json", "w"))
+print(json.dumps(res))
+PYEOF
+	for i in 0 1 2; do kill -9 "$(cat "$T/pid$i")" 2>/dev/null || true; done
+	sleep 0.5
+}
 run pf_off 3 0
 run pf_on 3 "$K"
 run nodes1 1 "$K"
 run nodes2 2 "$K"
 run nodes3 3 "$K"
+ddp ddp_exact off auto
+ddp ddp_span dir auto
+ddp ddp_alone dir off
 $PY - "$T" "$OUT/multinode.json" "$CLASSES" "$PER_CLASS" "$FILE_KB" "$CACHE" <<'PYEOF'
 import json, sys
 t = sys.argv[1]
 runs = [json.load(open(f"{t}/res_{n}.json")) for n in ["pf_off", "pf_on", "nodes1", "nodes2", "nodes3"]]
+ddp = [json.load(open(f"{t}/res_{n}.json")) for n in ["ddp_exact", "ddp_span", "ddp_alone"]]
 json.dump({"classes": int(sys.argv[3]), "per_class": int(sys.argv[4]), "file_kb": int(sys.argv[5]),
-           "cache": sys.argv[6], "runs": runs}, open(sys.argv[2], "w"), indent=1)
+           "cache": sys.argv[6], "runs": runs, "ddp": ddp}, open(sys.argv[2], "w"), indent=1)
 PYEOF
 $PY bench/plot_multinode.py "$OUT/multinode.json" docs/img/multinode.png "$OUT/multinode.md"
 cat "$OUT/multinode.md"

@@ -44,6 +44,18 @@ def main():
     lines.append(f"Prefetch cut remote requests {off['remote_requests'] / max(on['remote_requests'], 1):.1f}x "
                  f"({off['remote_requests']} -> {on['remote_requests']}); epoch time ratio off/on "
                  f"{off['seconds'] / on['seconds']:.2f}.")
+    if res.get("ddp"):
+        d = {x["name"]: x for x in res["ddp"]}
+        lines += ["", "One DDP job, a rank on each of 3 nodes, one epoch:", "",
+                  "| run | redirect | DLSHIM_JOB_SPAN | epoch s | samples/s | files repeated | claims | refused | remote requests |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for x in res["ddp"]:
+            lines.append(f"| {x['name']} | {x['redirect']} | {x['span']} | {x['seconds']:.2f} | {x['samples_per_s']:.0f} | "
+                         f"{x['repeats']} | {x['claims']} | {x['claims_refused']} | {x['remote_requests']} |")
+        lines.append("")
+        lines.append(f"Sharing the epoch (claims) vs each node alone: epoch time ratio "
+                     f"{d['ddp_span']['seconds'] / d['ddp_alone']['seconds']:.2f}; vs exact "
+                     f"{d['ddp_span']['seconds'] / d['ddp_exact']['seconds']:.2f}.")
     open(sys.argv[3], "w").write("\n".join(lines) + "\n")
 
 

@@ -117,6 +117,26 @@ wait_for() { # seconds, command...
 	return 1
 }
 
+# fresh_cluster NAME PORT-BASE: three new coordinators (empty caches) with
+# runtime directories NAME0..2, listening on PORT-BASE+i, connected.
+fresh_cluster() {
+	RUNP=$1 PEERS=
+	for i in 0 1 2; do PEERS+="${PEERS:+,}10.231.7.$((i + 1)):$(($2 + i))"; done
+	for i in 0 1 2; do start_node $i; done
+	for i in 0 1 2; do
+		wait_for 15 peers_up $i 2 || { cat "$T/$RUNP"*/dlshimd.log; fail "$1: node $i does not see both peers"; }
+	done
+}
+# outputs_of NAME NODES...: wait for each node's job to write out_NAME_i.json.
+outputs_of() {
+	local name=$1 i
+	shift
+	for i in "$@"; do
+		for _ in $(seq 1800); do [ -s "$T/out_${name}_$i.json" ] && break; sleep 0.1; done
+		[ -s "$T/out_${name}_$i.json" ] || { cat "$T/job_${name}_$i.out"; fail "$name: the job on node $i did not finish"; }
+	done
+}
+
 # MN_ONLY=redirect runs only phases 3-5, MN_ONLY=ddp only phase 5 (for development).
 if [ "${MN_ONLY:-all}" = all ]; then
 # ---- a bad DLSHIM_NODE: a clear error, and the node serves local data ----
@@ -242,20 +262,12 @@ if [ "${MN_ONLY:-all}" != ddp ]; then
 # Fresh coordinators (empty caches) on new ports for each run.
 redirect_run() { # name prefetch port-base [mode]
 	local mode=${4:-dir}
-	RUNP=$1 PREFETCH=$2 PEERS=
-	for i in 0 1 2; do PEERS+="${PEERS:+,}10.231.7.$((i + 1)):$(($3 + i))"; done
-	for i in 0 1 2; do start_node $i; done
-	for i in 0 1 2; do
-		wait_for 15 peers_up $i 2 || { cat "$T/$RUNP"*/dlshimd.log; fail "$1: node $i does not see both peers"; }
-	done
+	PREFETCH=$2 fresh_cluster "$1" "$3"
 	for i in 0 1 2; do
 		on_node $i env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=$mode ${FILELIST:+DLSHIM_FILELIST=$FILELIST} \
 			$PY "$HERE/mn_torch_job.py" "$ROOT" "$T/manifest" "$T/out_$1_$i.json" 2 >"$T/job_$1_$i.out" 2>&1 &
 	done
-	for i in 0 1 2; do
-		for _ in $(seq 1200); do [ -s "$T/out_$1_$i.json" ] && break; sleep 0.1; done
-		[ -s "$T/out_$1_$i.json" ] || { cat "$T/job_$1_$i.out"; fail "$1: the job on node $i did not finish"; }
-	done
+	outputs_of "$1" 0 1 2
 	sleep 0.3
 	$PY - "$T" "$1" "$mode" <<'PYEOF' || fail "$1: wrong bytes, permutation or label groups"
 import collections, json, os, subprocess, sys
@@ -330,20 +342,14 @@ PYEOF
 # died with node 2 is decided again, so every file of nodes 0 and 1 is
 # received; files received twice are at most the files lost (the sampler
 # asks for every path: pigeonhole, docs/design.md "Limitations").
-RUNP=rdkill PREFETCH=8 PEERS=
-for i in 0 1 2; do PEERS+="${PEERS:+,}10.231.7.$((i + 1)):$((24300 + i))"; done
-for i in 0 1 2; do start_node $i; done
-for i in 0 1 2; do wait_for 15 peers_up $i 2 || fail "rdkill: node $i does not see both peers"; done
+PREFETCH=8 fresh_cluster rdkill 24300
 for i in 0 1; do
 	on_node $i env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=dir \
 		$PY "$HERE/mn_torch_job.py" "$ROOT" "$T/manifest" "$T/out_rdkill_$i.json" 2 0.02 >"$T/job_rdkill_$i.out" 2>&1 &
 done
 sleep 0.8
 kill -9 "$(cat "$T/pid2")"
-for i in 0 1; do
-	for _ in $(seq 1200); do [ -s "$T/out_rdkill_$i.json" ] && break; sleep 0.1; done
-	[ -s "$T/out_rdkill_$i.json" ] || { cat "$T/job_rdkill_$i.out"; fail "rdkill: the job on node $i did not finish"; }
-done
+outputs_of rdkill 0 1
 $PY - "$T" <<'PYEOF' || fail "rdkill: wrong bytes or classes after node 2 died"
 import collections, json, os, subprocess, sys
 t = sys.argv[1]
@@ -407,22 +413,14 @@ fi
 # node's part decides alone: the same check must then find files served
 # twice (the check can fail).
 ddp_run() { # name span port-base
-	RUNP=$1 PREFETCH=8 PEERS=
-	for i in 0 1 2; do PEERS+="${PEERS:+,}10.231.7.$((i + 1)):$(($3 + i))"; done
-	for i in 0 1 2; do start_node $i; done
-	for i in 0 1 2; do
-		wait_for 15 peers_up $i 2 || { cat "$T/$RUNP"*/dlshimd.log; fail "$1: node $i does not see both peers"; }
-	done
+	PREFETCH=8 fresh_cluster "$1" "$3"
 	for i in 0 1 2; do
 		on_node $i env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=dir DLSHIM_JOB_SPAN=$2 \
 			TORCHELASTIC_RUN_ID="mn$1" WORLD_SIZE=3 LOCAL_WORLD_SIZE=1 RANK=$i \
 			MASTER_ADDR=10.231.7.1 MASTER_PORT=$(($3 + 50)) GLOO_SOCKET_IFNAME=eth0 \
 			$PY "$HERE/mn_ddp_job.py" "$ROOT" "$T/manifest" "$T/out_$1_$i.json" 2 >"$T/job_$1_$i.out" 2>&1 &
 	done
-	for i in 0 1 2; do
-		for _ in $(seq 1800); do [ -s "$T/out_$1_$i.json" ] && break; sleep 0.1; done
-		[ -s "$T/out_$1_$i.json" ] || { cat "$T/job_$1_$i.out"; fail "$1: the rank on node $i did not finish"; }
-	done
+	outputs_of "$1" 0 1 2
 	sleep 0.3
 	$PY - "$T" "$1" "$2" <<'PYEOF' || fail "$1: wrong bytes, epochs or label groups across the DDP ranks"
 import collections, json, os, subprocess, sys

@@ -148,38 +148,48 @@ static struct grec *record(struct claim_table *t, uint64_t job, uint64_t group, 
 	return g;
 }
 
+/* The record a request is about, with t->mu held (NULL, unlocked, on a
+ * bad node index or no memory). */
+static struct grec *enter(struct claim_table *t, uint64_t job, uint64_t group, uint32_t epoch, uint32_t node,
+			  struct claim_sync *sync)
+{
+	if (sync)
+		sync->n = 0;
+	if (node >= CLAIM_MAX_NODES)
+		return NULL;
+	pthread_mutex_lock(&t->mu);
+	struct grec *g = record(t, job, group, epoch);
+	if (g == NULL)
+		pthread_mutex_unlock(&t->mu);
+	return g;
+}
+
 int claim_table_claim(struct claim_table *t, uint64_t job, uint64_t group, uint64_t file, uint32_t size,
 		      uint32_t epoch, uint32_t node, uint32_t *at, struct claim_sync *sync)
 {
 	if (file == 0)
 		file = 1; /* 0 marks an empty entry */
 	*at = epoch;
-	if (sync)
-		sync->n = 0;
-	if (node >= CLAIM_MAX_NODES)
+	struct grec *g = enter(t, job, group, epoch, node, sync);
+	if (g == NULL)
 		return -1;
-	pthread_mutex_lock(&t->mu);
-	struct grec *g = record(t, job, group, epoch);
-	if (g == NULL || ((g->count + 1) * 2 > g->cap && grow(g) < 0) || (g->count == g->log_cap && grow_log(g) < 0)) {
+	if (((g->count + 1) * 2 > g->cap && grow(g) < 0) || (g->count == g->log_cap && grow_log(g) < 0)) {
 		pthread_mutex_unlock(&t->mu);
 		return -1;
 	}
 	*at = g->epoch;
 	struct fent *f = find(g->v, g->cap, file);
-	int granted;
+	int granted = 1;
 	if (f->file) {
 		granted = f->node == node;
-		tell(g, node, sync);
 	} else {
 		*f = (struct fent){file, node, 0};
 		g->log[g->count] = file;
-		g->log_node[g->count] = node;
-		granted = 1;
-		g->count++;
-		tell(g, node, sync);
-		if (g->count >= size)
-			next_epoch(g, g->epoch + 1);
+		g->log_node[g->count++] = node;
 	}
+	tell(g, node, sync);
+	if (g->count >= size)
+		next_epoch(g, g->epoch + 1);
 	pthread_mutex_unlock(&t->mu);
 	return granted;
 }
@@ -187,17 +197,14 @@ int claim_table_claim(struct claim_table *t, uint64_t job, uint64_t group, uint6
 int claim_table_current(struct claim_table *t, uint64_t job, uint64_t group, uint32_t epoch, uint32_t node,
 			uint32_t *at, struct claim_sync *sync)
 {
-	if (sync)
-		sync->n = 0;
-	if (node >= CLAIM_MAX_NODES)
+	*at = epoch;
+	struct grec *g = enter(t, job, group, epoch, node, sync);
+	if (g == NULL)
 		return -1;
-	pthread_mutex_lock(&t->mu);
-	struct grec *g = record(t, job, group, epoch);
-	*at = g ? g->epoch : epoch;
-	if (g)
-		tell(g, node, sync);
+	*at = g->epoch;
+	tell(g, node, sync);
 	pthread_mutex_unlock(&t->mu);
-	return g == NULL ? -1 : *at == epoch;
+	return *at == epoch;
 }
 
 size_t claim_table_count(struct claim_table *t)
