@@ -473,4 +473,47 @@ PYEOF
 }
 ddp_run ddpspan auto 24500
 ddp_run ddpalone off 24600
+
+# ---- phase 6: a DDP job whose claim authority for some groups is down ----
+# Node 2 (no rank of its own) dies before a 2-rank job on nodes 0 and 1
+# starts: claims of the groups it was authority for cannot be asked, so
+# those files are served unverified (counted) and the ranks finish, every
+# sample the exact bytes of a file of the class asked for (the ranks ask
+# only for files of the live nodes).
+PREFETCH=8 fresh_cluster ddpdead 24800
+kill -9 "$(cat "$T/pid2")"
+for i in 0 1; do
+	wait_for 15 sh -c "DLSHIM_RUNTIME_DIR=$T/ddpdead$i $B/dlshim status | grep -q 'node 2 .*unreachable'" ||
+		fail "ddpdead: node $i does not see node 2 down"
+done
+awk '$4 != 2' "$T/manifest" >"$T/manifest_live"
+for i in 0 1; do
+	on_node $i env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=dir TORCHELASTIC_RUN_ID=mnddpdead \
+		WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 RANK=$i MASTER_ADDR=10.231.7.1 MASTER_PORT=24850 GLOO_SOCKET_IFNAME=eth0 \
+		$PY "$HERE/mn_ddp_job.py" "$ROOT" "$T/manifest_live" "$T/out_ddpdead_$i.json" 1 >"$T/job_ddpdead_$i.out" 2>&1 &
+done
+outputs_of ddpdead 0 1
+$PY - "$T" <<'PYEOF' || fail "ddpdead: wrong bytes, or the dead authority was not noticed"
+import collections, json, os, subprocess, sys
+t = sys.argv[1]
+man = [l.split() for l in open(f"{t}/manifest")]
+by_class = collections.defaultdict(dict)
+for rel, sha, size, home in man:
+    by_class[rel.split("/")[0]][sha] = rel
+bad = unverified = n = 0
+for i in range(2):
+    for rel, sha in json.load(open(f"{t}/out_ddpdead_{i}.json"))[0]:
+        n += 1
+        if by_class[rel.split("/")[0]].get(sha) is None:
+            print(f"ddpdead: rank {i} asked {rel}, got bytes of no file of its class")
+            bad = 1
+    st = json.loads(subprocess.run(["env", f"DLSHIM_RUNTIME_DIR={t}/ddpdead{i}", os.environ["B"] + "/dlshim", "stats",
+                                    "--json"], capture_output=True, text=True).stdout)
+    unverified += st["peers"]["claims"]["unverified"]
+print(f"ddpdead: {n} samples over 2 ranks, each the bytes of a file of its class; {unverified} claims unverified "
+      "(authority node 2 down)")
+live = sum(1 for l in man if l[3] != "2")
+sys.exit(bad or unverified == 0 or n != (live + 1) // 2 * 2)  # DistributedSampler pads to whole ranks
+PYEOF
+for i in 0 1; do kill -9 "$(cat "$T/pid$i")" 2>/dev/null || true; done
 echo "multinode: PASS"
