@@ -114,6 +114,7 @@ start_cluster() { # name nodes prefetch: fresh coordinators, connected
 		mkdir -p -m 700 "$T/$RUN$i"
 		on_node $i "$n" "$B/dlshimd" --foreground >"$T/d_$name$i.out" 2>&1 &
 		echo $! >"$T/pid$i"
+		disown $! # killed on purpose after each run: no "Killed" line
 	done
 	if [ "$n" -gt 1 ]; then
 		for i in $(seq 0 $((n - 1))); do
