@@ -548,6 +548,15 @@ int dlshim_engine_forget_served(struct dlshim_engine *e, int j, uint32_t req)
 	HASH_FIND(hh, jb->remaps, &req, sizeof(req), m);
 	if (m == NULL)
 		return 0; /* not decided by redirection (exact mode, outside the dataset) */
+	/* The stand-in was not delivered: it is no redirect and no bytes the
+	 * job consumed (it stays consumed only so as not to be chosen again).
+	 * Never below the running epoch's starting counts (the decision may
+	 * have started this epoch), so per-epoch differences stay whole. */
+	const struct dlshim_job_stats *base = jb->max_epoch ? &jb->hist[jb->max_epoch % EPOCH_HIST] : NULL;
+	if (m->served != req && jb->st.redirects > (base ? base->redirects : 0))
+		jb->st.redirects--;
+	uint64_t sz = m->served < e->nitems ? e->items[m->served].size : 0, low = base ? base->bytes_consumed : 0;
+	jb->st.bytes_consumed = jb->st.bytes_consumed - low > sz ? jb->st.bytes_consumed - sz : low;
 	HASH_DEL(jb->remaps, m);
 	free(m);
 	jb->st.redecided++;
