@@ -800,6 +800,7 @@ static const struct metric job_metrics[] = {
 	{"dlshim_job_bytes_consumed_total", "counter", "bytes_consumed", "Bytes of the files the job was served."},
 	{"dlshim_job_row_index_hits_total", "counter", "row_index_hits", "HDF5 row reads served through the shared index without a request."},
 	{"dlshim_job_redecided_total", "counter", "redecided", "Redirect decisions made again because the served file could not be delivered."},
+	{"dlshim_job_claims_refused_total", "counter", "claims_refused", "Decisions of a job spanning nodes whose file another node of the job had taken (decided again)."},
 	{"dlshim_job_io_efficiency", "gauge", "io_efficiency", "Bytes consumed / bytes loaded from storage (0 if none)."},
 };
 
