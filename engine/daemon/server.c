@@ -412,8 +412,13 @@ void daemon_engine_open(int job, const struct dlshim_file_id *id, unsigned flags
 	}
 }
 
-/* Attempts at serving one redirected request (see handle_open). */
+/* Attempts at serving one redirected request (see handle_open): up to
+ * REDECIDE_MAX that fail slowly (a load or fetch that timed out), and any
+ * number, up to REDECIDE_CAP, that fail fast (a home known to be dead fails
+ * at once, and a group may hold more of its files than REDECIDE_MAX). */
 #define REDECIDE_MAX 8
+#define REDECIDE_FAST_NS 50000000LL
+#define REDECIDE_CAP 4096
 /* Claims another node of a spanning job had taken, for one request: each
  * refusal leaves one file fewer unconsumed in the group epoch, so this is
  * only a guard against a misbehaving authority. */
@@ -490,16 +495,36 @@ static int claim_denied(int job, const struct dlshim_open_result *res)
 	return g == 0;
 }
 
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* One more attempt after a failed one that began at *t (now the next
+ * one's start)? */
+static int another_attempt(int *attempts, int *slow, int64_t *t)
+{
+	int64_t now = now_ns();
+	*slow += now - *t >= REDECIDE_FAST_NS;
+	*t = now;
+	return ++*attempts < REDECIDE_CAP && *slow < REDECIDE_MAX;
+}
+
 static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd, int remote)
 {
+	int64_t t_attempt = now_ns();
+	int slow = 0;
 	struct dlshim_file_id id = {o->dev, o->ino, o->size, o->mtime_ns, o->ctime_ns};
 	static __thread struct dlshim_open_result res;
 	struct dlshim_msg_open_r r;
 	int sfd = -1;
 	/* In redirect modes a served file that cannot be delivered is decided
-	 * again (it stays consumed: it is unavailable), a few times at most:
-	 * the client never reads a file the engine did not record as served
-	 * while another attempt can still succeed. */
+	 * again (it stays consumed: it is unavailable), while attempts fail
+	 * fast or a few slow ones at most (another_attempt): the client never
+	 * reads a file the engine did not record as served while another
+	 * attempt can still succeed. */
 	for (int attempt = 0, tries = 0, refusals = 0;; tries++) {
 		memset(&r, 0, sizeof(r));
 		r.status = DLSHIM_OPEN_R_PASS;
@@ -615,7 +640,7 @@ static int handle_open(struct conn *c, const struct dlshim_msg_open *o, int ofd,
 				pthread_mutex_lock(&D.mu);
 				if (r.status == DLSHIM_OPEN_R_HIT && session_drop_pin(c->s, r.slot, r.gen) == 0)
 					dlshim_engine_release(D.eng, c->s->job, r.slot, r.gen, 0, 0);
-				if (++attempt < REDECIDE_MAX && res.requested != UINT32_MAX)
+				if (another_attempt(&attempt, &slow, &t_attempt) && res.requested != UINT32_MAX)
 					again = dlshim_engine_forget_served(D.eng, c->s->job, res.requested);
 				pthread_mutex_unlock(&D.mu);
 				r.status = DLSHIM_OPEN_R_PASS;

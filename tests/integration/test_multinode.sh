@@ -337,8 +337,8 @@ PYEOF
 
 # ---- phase 4: redirect, node 2 dies mid-epoch ----
 # Jobs on nodes 0 and 1 must finish; every sample is the exact bytes of a
-# file of the class asked for, or an error for a path only node 2 could
-# serve (its files are gone, as in exact mode). A request whose stand-in
+# file of the class asked for, even for a path only node 2 had (decided
+# again until a live file serves it). A request whose stand-in
 # died with node 2 is decided again, so every file of nodes 0 and 1 is
 # received; files received twice are at most the files lost (the sampler
 # asks for every path: pigeonhole, docs/design.md "Limitations").
@@ -390,6 +390,9 @@ for i in range(2):
     # with node 2 is decided again); repeats come only from the files lost
     # with node 2 (pigeonhole: the epoch has more requests than live files).
     bad |= bool(missing_live) or repeats > lost
+    # A request for a path only node 2 had is decided again until a live
+    # file serves it (dead-home failures are fast): no errors.
+    bad |= err > 0
 sys.exit(bad)
 PYEOF
 for i in 0 1; do kill -9 "$(cat "$T/pid$i")" 2>/dev/null || true; done

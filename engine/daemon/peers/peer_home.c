@@ -41,7 +41,7 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static struct req *head, *tail;
 static struct hpin *pins;
 static int job = -1;
-static uint64_t served, served_bytes, refused, prefetch_sent;
+static uint64_t served, served_bytes, refused, prefetch_sent, prefetch_loaded;
 
 static void req_free(struct req *r)
 {
@@ -99,9 +99,11 @@ static uint32_t slot_runs(uint32_t slot, uint64_t size, struct peer_run *runs, u
 	return n;
 }
 
-/* Put the file in the cache and pin it; 0 or an errno value. */
-static int load_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint64_t *size, int64_t *mtime)
+/* Put the file in the cache and pin it; 0 or an errno value. *cold says
+ * whether that took a disk read. */
+static int load_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint64_t *size, int64_t *mtime, int *cold)
 {
+	*cold = 0;
 	uint64_t lsize;
 	int64_t lmt;
 	if (peer_catalog_local(path, &lsize, &lmt) < 0)
@@ -125,6 +127,7 @@ static int load_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint64_t
 		*slot = res.slot;
 		*gen = res.gen;
 	} else if (res.kind == DLSHIM_OPEN_LOAD) {
+		*cold = 1;
 		pthread_mutex_unlock(&D.mu);
 		int ok = loader_load_now(fd, res.slot, id.size) == 0;
 		pthread_mutex_lock(&D.mu);
@@ -140,10 +143,21 @@ static int load_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint64_t
 	return rc;
 }
 
-/* Pin a prefetch candidate only if it is already resident here (the
- * opportunistic rule: a prefetch never costs this node a disk read); 0 or
- * an errno value. */
-static int resident_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint64_t *size, int64_t *mtime)
+/* A prefetch candidate to load from disk with the others (cold home). */
+struct cold {
+	int fd;
+	uint32_t item, slot, index;
+	uint64_t size;
+	int64_t mtime;
+};
+
+/* Pin a prefetch candidate if it is resident here; 0 or an errno value.
+ * With `c` (this request already read the disk for the wanted file: the
+ * home is cold for this part of the group, as redox refills a whole chunk)
+ * an absent candidate gets a slot and an open descriptor in *c instead, to
+ * be read with the others in one batch (EINPROGRESS). */
+static int candidate_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint64_t *size, int64_t *mtime,
+			    struct cold *c)
 {
 	uint64_t lsize;
 	int64_t lmt;
@@ -151,13 +165,26 @@ static int resident_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint
 	if (peer_catalog_local(path, &lsize, &lmt) < 0 || stat(path, &st) < 0 || !S_ISREG(st.st_mode))
 		return ENOENT;
 	struct dlshim_file_id id = dlshim_stat_version(&st);
+	int fd = -1;
+	if (c) {
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK);
+		struct stat fst;
+		if (fd >= 0 && (fstat(fd, &fst) < 0 || fst.st_dev != st.st_dev || fst.st_ino != st.st_ino)) {
+			close(fd); /* replaced between stat and open: not now */
+			fd = -1;
+		}
+	}
 	struct dlshim_open_result *res = malloc(sizeof(*res));
-	if (res == NULL)
+	if (res == NULL) {
+		if (fd >= 0)
+			close(fd);
 		return ENOMEM;
+	}
 	int rc = EAGAIN;
 	pthread_mutex_lock(&D.mu);
 	uint32_t item = dlshim_engine_find_item(D.eng, id.dev, id.ino);
-	if (item != DLSHIM_NO_ITEM && dlshim_engine_item_resident(D.eng, item)) {
+	int resident = item != DLSHIM_NO_ITEM && dlshim_engine_item_resident(D.eng, item);
+	if (resident || fd >= 0) {
 		dlshim_engine_open(D.eng, job, &id, DLSHIM_OPEN_F_NOWAIT, res);
 		if (res->kind == DLSHIM_OPEN_HIT) {
 			*slot = res->slot;
@@ -165,6 +192,10 @@ static int resident_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint
 			*size = id.size;
 			*mtime = id.mtime_ns;
 			rc = 0;
+		} else if (res->kind == DLSHIM_OPEN_LOAD && fd >= 0) {
+			*c = (struct cold){fd, res->item, res->slot, 0, id.size, id.mtime_ns};
+			fd = -1;
+			rc = EINPROGRESS;
 		} else if (res->kind == DLSHIM_OPEN_LOAD) {
 			/* Resident but stale: not worth a disk read now. */
 			dlshim_engine_load_done(D.eng, job, res->item, 0);
@@ -172,6 +203,8 @@ static int resident_pinned(const char *path, uint32_t *slot, uint64_t *gen, uint
 		}
 	}
 	pthread_mutex_unlock(&D.mu);
+	if (fd >= 0)
+		close(fd);
 	free(res);
 	return rc;
 }
@@ -214,12 +247,45 @@ static void remember_pin(int node, uint64_t rq, const struct peer_fetch_r *h)
 	pthread_mutex_unlock(&mu);
 }
 
+/* Read the cold candidates in one batch and add those that arrived. */
+static uint32_t send_cold(struct req *r, struct cold *c, uint32_t n, char **m, size_t *len)
+{
+	int fds[PEER_PREFETCH_MAX], rc[PEER_PREFETCH_MAX];
+	uint32_t slots[PEER_PREFETCH_MAX], sent = 0;
+	uint64_t sizes[PEER_PREFETCH_MAX];
+	for (uint32_t k = 0; k < n; k++) {
+		fds[k] = c[k].fd;
+		slots[k] = c[k].slot;
+		sizes[k] = c[k].size;
+	}
+	loader_load_batch(fds, slots, sizes, rc, n);
+	for (uint32_t k = 0; k < n; k++) {
+		close(fds[k]);
+		pthread_mutex_lock(&D.mu);
+		uint64_t gen = dlshim_engine_load_done(D.eng, job, c[k].item, rc[k] == 0);
+		pthread_cond_broadcast(&D.loaded);
+		pthread_mutex_unlock(&D.mu);
+		struct peer_fetch_r h = {.node = (uint32_t)peer_self(), .req = r->req, .index = c[k].index, .slot = c[k].slot,
+					 .gen = gen, .size = c[k].size, .mtime_ns = c[k].mtime};
+		if (gen && *len < PEER_MSG_MAX / 2 && add_record(m, len, &h) == 0) {
+			remember_pin(r->node, r->req, &h);
+			sent++;
+		} else if (gen) {
+			pthread_mutex_lock(&D.mu);
+			dlshim_engine_release(D.eng, job, c[k].slot, gen, 0, 0);
+			pthread_mutex_unlock(&D.mu);
+		}
+	}
+	return sent;
+}
+
 static void serve(struct req *r)
 {
 	struct peer_fetch_r h = {.node = (uint32_t)peer_self(), .req = r->req};
 	char *m = NULL;
 	size_t len = 0;
-	int rc = load_pinned(r->paths[0], &h.slot, &h.gen, &h.size, &h.mtime_ns);
+	int cold = 0;
+	int rc = load_pinned(r->paths[0], &h.slot, &h.gen, &h.size, &h.mtime_ns, &cold);
 	if (rc == 0 && add_record(&m, &len, &h) < 0)
 		rc = E2BIG;
 	if (rc != 0) {
@@ -240,24 +306,35 @@ static void serve(struct req *r)
 	}
 	remember_pin(r->node, r->req, &h);
 	/* Prefetch: the candidates already resident here, in the requester's
-	 * order. Each candidate has its own free slot on the requester, so no
-	 * two files can compete for one slot (the paper's conflict); a path
-	 * named twice, or equal to the wanted one, is sent once. */
-	uint32_t sent = 0;
+	 * order; and when the wanted file had to be read from disk, the absent
+	 * ones too, read together in one batch (the home refills the part of
+	 * the group the requester is about to read, as redox loads a chunk).
+	 * Each candidate has its own free slot on the requester, so no two
+	 * files can compete for one slot (the paper's conflict); a path named
+	 * twice, or equal to the wanted one, is sent once. Whatever is sent
+	 * is consumed by the requester's job (its unread files). */
+	uint32_t sent = 0, ncold = 0;
+	struct cold coldv[PEER_PREFETCH_MAX];
 	for (int i = 1; i < r->npaths && len < PEER_MSG_MAX / 2; i++) {
 		int dup = 0;
 		for (int k = 0; k < i; k++)
 			dup |= strcmp(r->paths[k], r->paths[i]) == 0;
 		struct peer_fetch_r c = {.node = (uint32_t)peer_self(), .req = r->req, .index = (uint32_t)i};
-		if (dup || resident_pinned(r->paths[i], &c.slot, &c.gen, &c.size, &c.mtime_ns) != 0)
+		if (dup)
 			continue;
-		if (add_record(&m, &len, &c) == 0) {
+		int crc = candidate_pinned(r->paths[i], &c.slot, &c.gen, &c.size, &c.mtime_ns,
+					   cold && ncold < PEER_PREFETCH_MAX ? &coldv[ncold] : NULL);
+		if (crc == EINPROGRESS) {
+			coldv[ncold++].index = (uint32_t)i;
+		} else if (crc == 0 && add_record(&m, &len, &c) == 0) {
 			remember_pin(r->node, r->req, &c);
 			sent++;
 		}
 	}
+	uint32_t sent_cold = ncold ? send_cold(r, coldv, ncold, &m, &len) : 0;
 	pthread_mutex_lock(&mu);
-	prefetch_sent += sent;
+	prefetch_sent += sent + sent_cold;
+	prefetch_loaded += sent_cold;
 	pthread_mutex_unlock(&mu);
 	peer_send_fetch_r(r->node, m, len);
 }
@@ -348,9 +425,11 @@ void peer_home_expire(int node_or_all)
 size_t peer_home_json(char *buf, size_t cap)
 {
 	pthread_mutex_lock(&mu);
-	int n = snprintf(buf, cap, "\"served\":{\"files\":%llu,\"bytes\":%llu,\"refused\":%llu,\"prefetched\":%llu}",
+	int n = snprintf(buf, cap,
+			 "\"served\":{\"files\":%llu,\"bytes\":%llu,\"refused\":%llu,\"prefetched\":%llu,"
+			 "\"prefetched_from_disk\":%llu}",
 			 (unsigned long long)served, (unsigned long long)served_bytes, (unsigned long long)refused,
-			 (unsigned long long)prefetch_sent);
+			 (unsigned long long)prefetch_sent, (unsigned long long)prefetch_loaded);
 	pthread_mutex_unlock(&mu);
 	return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }
