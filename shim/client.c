@@ -802,19 +802,35 @@ struct row_pair {
 static __thread struct row_pair pairs[PAIRS];
 static __thread unsigned pair_next;
 
-static struct row_pair *pair_find(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t seg_id, uint64_t epochs)
+/* What the remembered mappings say about dataset `dh` reading row
+ * m->row: 0 nothing (a new sample: take a row from the lease or ask);
+ * 1 another dataset's mapping under the current epoch count (*out), to be
+ * served from the index; -1 ask the coordinator, which knows the row: a
+ * re-read by the same dataset within the epoch count (it keeps its row), or
+ * a pair whose epoch count has moved since (its own ask may have started
+ * the epoch), where a row from the lease would break the pair. */
+static int pair_find(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t seg_id, uint64_t epochs,
+		     struct row_pair **out)
 {
+	int r = 0;
 	for (int i = 0; i < PAIRS; i++) {
 		struct row_pair *p = &pairs[i];
-		if (p->fork_gen != pair_fork_gen || p->epochs != epochs || p->seg_id != seg_id || p->row != m->row ||
-		    p->dev != m->dev || p->ino != m->ino || p->nrows != m->nrows)
+		if (p->fork_gen != pair_fork_gen || p->seg_id != seg_id || p->row != m->row || p->dev != m->dev ||
+		    p->ino != m->ino || p->nrows != m->nrows)
 			continue;
+		int mine = 0;
 		for (unsigned d = 0; d < p->ndsets; d++)
-			if (p->dsets[d] == dh)
-				return NULL; /* a re-read: the coordinator keeps the epoch's books */
-		return p->ndsets < PAIR_DSETS ? p : NULL;
+			mine |= p->dsets[d] == dh;
+		if (p->epochs == epochs) {
+			if (mine || p->ndsets >= PAIR_DSETS)
+				return -1;
+			*out = p;
+			return 1;
+		}
+		if (!mine)
+			r = -1;
 	}
-	return NULL;
+	return r;
 }
 
 static void pair_put(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t served, uint64_t seg_id, uint64_t epochs)
@@ -833,24 +849,10 @@ static int pair_rows(struct dlshim_msg_rows *m, uint64_t dh, void *dst, uint64_t
 	struct segment *seg = rows_segment();
 	if (seg == NULL)
 		return 0;
-	struct row_pair *p = pair_find(m, dh, seg->id, dlshim_shm_rows_epochs(&seg->view));
-	if (p == NULL) {
-		/* Mapped for another dataset under an epoch count that has moved
-		 * since (its own ask may have started the epoch): the coordinator
-		 * knows the pair, a lease row would break it. */
-		for (int i = 0; i < PAIRS; i++) {
-			struct row_pair *q = &pairs[i];
-			if (q->fork_gen == pair_fork_gen && q->seg_id == seg->id && q->row == m->row && q->dev == m->dev &&
-			    q->ino == m->ino && q->nrows == m->nrows && q->epochs != dlshim_shm_rows_epochs(&seg->view)) {
-				int mine = 0;
-				for (unsigned d = 0; d < q->ndsets; d++)
-					mine |= q->dsets[d] == dh;
-				if (!mine)
-					return -1;
-			}
-		}
-		return 0;
-	}
+	struct row_pair *p = NULL;
+	int known = pair_find(m, dh, seg->id, dlshim_shm_rows_epochs(&seg->view), &p);
+	if (known <= 0)
+		return known;
 	uint64_t k = plan_find(m, dh);
 	if (k == 0 || fast_rows(m, dh, k, p->served, 1, dst) != 1)
 		return -1;
