@@ -210,10 +210,10 @@ static int64_t free_in(const struct rmap *m, uint64_t first, uint64_t len)
 }
 
 /* An unused row of a resident chunk, scanning from where the last one was
- * found (in steady state the chunk being consumed), else any unused row
- * from there; `row` (when < n) is preferred if resident and unused, or if
- * nothing is resident. -1 when every row is used. */
-static int64_t choose(struct rmap *m, uint64_t row, uint64_t k, dlshim_rows_resident_fn resident, void *ctx)
+ * found (in steady state the chunk being consumed), else (with `any`) any
+ * unused row from there; `row` (when < n) is preferred if resident and
+ * unused, or if nothing is resident. -1 when there is none. */
+static int64_t choose(struct rmap *m, uint64_t row, uint64_t k, int any, dlshim_rows_resident_fn resident, void *ctx)
 {
 	uint64_t nch = (m->n + k - 1) / k;
 	if (row < m->n && !bit(m->used, row) && resident(ctx, row / k * k, k))
@@ -225,6 +225,8 @@ static int64_t choose(struct rmap *m, uint64_t row, uint64_t k, dlshim_rows_resi
 		if (j >= 0 && resident(ctx, c * k, k))
 			return j;
 	}
+	if (!any)
+		return -1;
 	if (row < m->n && !bit(m->used, row))
 		return (int64_t)row;
 	for (uint64_t s = 0; s < nch; s++) {
@@ -331,10 +333,10 @@ int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64
 	d->nasked++;
 	if (m->to[row] != UNMAPPED)
 		return m->to[row]; /* another dataset of the file asked first: same pair */
-	int64_t j = choose(m, row, chunk_rows, resident, ctx);
+	int64_t j = choose(m, row, chunk_rows, 1, resident, ctx);
 	if (j < 0 && m->nleased) {
 		settle_all(r, m, NULL, 1); /* every unused row is in leases: take them back */
-		j = choose(m, row, chunk_rows, resident, ctx);
+		j = choose(m, row, chunk_rows, 1, resident, ctx);
 	}
 	if (j < 0)
 		return -1;
@@ -429,7 +431,10 @@ uint32_t dlshim_rows_lease_fill(struct dlshim_rows *r, struct dlshim_rows_lease 
 		want = DLSHIM_LEASE_ROWS;
 	uint32_t n = 0;
 	while (n < want) {
-		int64_t j = choose(m, UINT64_MAX, chunk_rows, resident, ctx);
+		/* Only rows already in memory (or being loaded): what to load is
+		 * decided by the requests themselves and by load-ahead, as
+		 * without leases, never by a row a worker may read much later. */
+		int64_t j = choose(m, UINT64_MAX, chunk_rows, 0, resident, ctx);
 		if (j < 0)
 			break;
 		set_bit(m->used, (uint64_t)j);

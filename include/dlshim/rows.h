@@ -111,8 +111,8 @@ struct dlshim_rows_lease *dlshim_rows_lease_new(struct dlshim_rows *r, struct dl
 void dlshim_rows_lease_free(struct dlshim_rows *r, struct dlshim_rows_lease *l);
 
 /* Settle the lease's previous entries, then fill it with up to `want`
- * (at most DLSHIM_LEASE_ROWS) unused rows of the job's mapping of the file,
- * rows of resident chunks first. Returns the rows leased (0: none unused).
+ * (at most DLSHIM_LEASE_ROWS) unused rows of resident chunks of the job's
+ * mapping of the file. Returns the rows leased (0: none).
  * *ahead is set to a chunk to load ahead (as dlshim_rows_ahead), or -1. */
 uint32_t dlshim_rows_lease_fill(struct dlshim_rows *r, struct dlshim_rows_lease *l, int job, uint64_t job_key,
 				uint64_t dev, uint64_t ino, uint64_t nrows, uint32_t want, uint64_t chunk_rows,
