@@ -3,6 +3,7 @@
  * row granularity: serve the requested row if it is resident and unused,
  * else any resident unused row, else the requested row (loading its chunk
  * brings its neighbours in for the next requests). */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,18 +54,34 @@ struct rmap {
 	uint32_t *to;             /* requested row -> served row this epoch */
 	uint64_t cursor;          /* where the last served row was: keep going from there */
 	uint64_t nmapped;         /* rows mapped this epoch */
+	uint64_t nconsumed;       /* rows used and no longer out in a lease this epoch */
+	uint64_t nleased;         /* rows out in leases */
 	int ndsets;
 	struct dset_req d[MAX_DSETS];
+};
+
+/* The coordinator's own record of a lease: what it handed out is taken
+ * from here, never from the shared area. */
+struct dlshim_rows_lease {
+	struct dlshim_rows_lease_shm *shm;
+	struct rmap *m;           /* the mapping its rows belong to, or NULL */
+	uint32_t n;
+	uint32_t served[DLSHIM_LEASE_ROWS];
+	uint8_t out[DLSHIM_LEASE_ROWS]; /* 1: neither taken (recorded) nor given back yet */
 };
 
 struct dlshim_rows {
 	struct rmap **m;
 	size_t n, cap;
 	uint64_t epochs;          /* epochs started, all maps together */
+	struct dlshim_rows_lease **l;
+	size_t nl, lcap;
 };
 
 static int bit(const uint8_t *b, uint64_t i) { return (b[i >> 3] >> (i & 7)) & 1; }
 static void set_bit(uint8_t *b, uint64_t i) { b[i >> 3] |= (uint8_t)(1u << (i & 7)); }
+static void clear_bit(uint8_t *b, uint64_t i) { b[i >> 3] &= (uint8_t)~(1u << (i & 7)); }
+static struct dset_req *dset(struct rmap *m, uint64_t key);
 
 struct dlshim_rows *dlshim_rows_create(void) { return calloc(1, sizeof(struct dlshim_rows)); }
 
@@ -83,7 +100,10 @@ void dlshim_rows_destroy(struct dlshim_rows *r)
 		return;
 	for (size_t i = 0; i < r->n; i++)
 		rmap_free(r->m[i]);
+	for (size_t i = 0; i < r->nl; i++)
+		free(r->l[i]);
 	free(r->m);
+	free(r->l);
 	free(r);
 }
 
@@ -91,6 +111,9 @@ void dlshim_rows_job_end(struct dlshim_rows *r, int job)
 {
 	for (size_t i = 0; i < r->n;)
 		if (r->m[i]->job == job) {
+			for (size_t k = 0; k < r->nl; k++)
+				if (r->l[k]->m == r->m[i])
+					r->l[k]->m = NULL;
 			rmap_free(r->m[i]);
 			r->m[i] = r->m[--r->n];
 		} else {
@@ -167,6 +190,7 @@ static void new_epoch(struct rmap *m)
 		m->d[i].nasked = 0;
 	}
 	m->nmapped = 0;
+	m->nconsumed = 0;
 	m->epoch++;
 }
 
@@ -185,13 +209,15 @@ static int64_t free_in(const struct rmap *m, uint64_t first, uint64_t len)
 	return -1;
 }
 
-static int64_t choose(struct rmap *m, uint64_t row, uint64_t k, dlshim_rows_resident_fn resident, void *ctx)
+/* An unused row of a resident chunk, scanning from where the last one was
+ * found (in steady state the chunk being consumed), else (with `any`) any
+ * unused row from there; `row` (when < n) is preferred if resident and
+ * unused, or if nothing is resident. -1 when there is none. */
+static int64_t choose(struct rmap *m, uint64_t row, uint64_t k, int any, dlshim_rows_resident_fn resident, void *ctx)
 {
 	uint64_t nch = (m->n + k - 1) / k;
-	if (!bit(m->used, row) && resident(ctx, row / k * k, k))
+	if (row < m->n && !bit(m->used, row) && resident(ctx, row / k * k, k))
 		return (int64_t)row;
-	/* Resident chunks with unused rows, from where the last one was found:
-	 * in steady state the first chunk looked at is the one being consumed. */
 	uint64_t c0 = (m->cursor / k) % nch;
 	for (uint64_t s = 0; s < nch; s++) {
 		uint64_t c = (c0 + s) % nch;
@@ -199,7 +225,9 @@ static int64_t choose(struct rmap *m, uint64_t row, uint64_t k, dlshim_rows_resi
 		if (j >= 0 && resident(ctx, c * k, k))
 			return j;
 	}
-	if (!bit(m->used, row))
+	if (!any)
+		return -1;
+	if (row < m->n && !bit(m->used, row))
 		return (int64_t)row;
 	for (uint64_t s = 0; s < nch; s++) {
 		int64_t j = free_in(m, ((c0 + s) % nch) * k, k);
@@ -207,6 +235,73 @@ static int64_t choose(struct rmap *m, uint64_t row, uint64_t k, dlshim_rows_resi
 			return j;
 	}
 	return -1;
+}
+
+/* A row used this epoch, taken from a lease for requested row `row` of
+ * dataset `key` (client-written: checked). */
+static void record(struct rmap *m, uint64_t key, uint64_t row)
+{
+	m->nconsumed++;
+	if (row >= m->n)
+		return; /* a bad claim: the row is consumed, mapped to nothing */
+	struct dset_req *d = dset(m, key);
+	if (d && !bit(d->asked, row)) {
+		set_bit(d->asked, row);
+		d->nasked++;
+	}
+	return;
+}
+
+/* Look at a lease's outstanding entries: taken ones become mappings; with
+ * `revoke` the others are given back to the epoch (a client's swap after
+ * ours fails, so it never serves them). */
+static void settle(struct dlshim_rows_lease *l, int revoke)
+{
+	struct rmap *m = l->m;
+	for (uint32_t t = 0; t < l->n; t++) {
+		if (!l->out[t])
+			continue;
+		uint64_t v = atomic_load_explicit(&l->shm->state[t], memory_order_acquire);
+		if (v == 0 && revoke) {
+			uint64_t zero = 0;
+			if (atomic_compare_exchange_strong(&l->shm->state[t], &zero, DLSHIM_LEASE_REVOKED)) {
+				l->out[t] = 0;
+				if (m) {
+					clear_bit(m->used, l->served[t]);
+					m->nleased--;
+				}
+				continue;
+			}
+			v = zero;
+		}
+		if (v == 0)
+			continue; /* still the client's to take */
+		l->out[t] = 0;
+		if (m == NULL)
+			continue;
+		m->nleased--;
+		uint64_t served = l->served[t], row = v & ~DLSHIM_LEASE_TAKEN;
+		if (!(v & DLSHIM_LEASE_TAKEN) || row >= m->n) {
+			m->nconsumed++; /* not a claim we understand: the row is spent, never reused */
+			continue;
+		}
+		uint64_t key = l->shm->dset[t];
+		record(m, key, row);
+		if (m->to[row] == UNMAPPED) {
+			m->to[row] = (uint32_t)served;
+			m->nmapped++;
+		}
+	}
+	if (revoke)
+		l->n = 0;
+}
+
+/* Every lease of `m` but `except`: recorded (revoke 0) or emptied (1). */
+static void settle_all(struct dlshim_rows *r, struct rmap *m, const struct dlshim_rows_lease *except, int revoke)
+{
+	for (size_t i = 0; i < r->nl; i++)
+		if (r->l[i]->m == m && r->l[i] != except)
+			settle(r->l[i], revoke);
 }
 
 int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
@@ -221,13 +316,16 @@ int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64
 	struct dset_req *d = dset(m, dset_key);
 	if (d == NULL)
 		return -1;
+	settle_all(r, m, NULL, 0); /* rows taken from leases since the last look */
 	if (bit(d->asked, row)) {
 		/* Asked again: a re-read within the epoch keeps its row; once this
-		 * dataset has asked for every row, or every row is mapped (clients
+		 * dataset has asked for every row, or every row is consumed (clients
 		 * serve a pair's second dataset from the mapping they were given,
-		 * so that dataset's own asks may be few), it is the next epoch. */
-		if (d->nasked < m->n && m->nmapped < m->n && m->to[row] != UNMAPPED)
+		 * and take rows from leases, so that dataset's own asks may be few),
+		 * it is the next epoch. */
+		if (d->nasked < m->n && m->nconsumed < m->n && m->to[row] != UNMAPPED)
 			return m->to[row];
+		settle_all(r, m, NULL, 1); /* what was leased and not taken belongs to the old epoch */
 		new_epoch(m);
 		r->epochs++;
 	}
@@ -235,23 +333,25 @@ int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64
 	d->nasked++;
 	if (m->to[row] != UNMAPPED)
 		return m->to[row]; /* another dataset of the file asked first: same pair */
-	int64_t j = choose(m, row, chunk_rows, resident, ctx);
+	int64_t j = choose(m, row, chunk_rows, 1, resident, ctx);
+	if (j < 0 && m->nleased) {
+		settle_all(r, m, NULL, 1); /* every unused row is in leases: take them back */
+		j = choose(m, row, chunk_rows, 1, resident, ctx);
+	}
 	if (j < 0)
 		return -1;
 	set_bit(m->used, (uint64_t)j);
 	m->to[row] = (uint32_t)j;
 	m->nmapped++;
+	m->nconsumed++;
 	m->cursor = (uint64_t)j;
 	return j;
 }
 
-int64_t dlshim_rows_ahead(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
-			  uint64_t nrows, uint64_t chunk_rows, uint64_t served, dlshim_rows_resident_fn resident, void *ctx)
+/* The chunk to load ahead once `served`'s chunk has half its rows used. */
+static int64_t ahead_of(const struct rmap *m, uint64_t k, uint64_t served, dlshim_rows_resident_fn resident, void *ctx)
 {
-	struct rmap *m = r ? find(r, job, job_key, dev, ino, nrows) : NULL;
-	if (m == NULL || chunk_rows == 0 || served >= m->n)
-		return -1;
-	uint64_t k = chunk_rows, nch = (m->n + k - 1) / k, c = served / k;
+	uint64_t nch = (m->n + k - 1) / k, c = served / k;
 	uint64_t len = m->n - c * k < k ? m->n - c * k : k, unused = 0;
 	for (uint64_t i = c * k; i < c * k + len; i++)
 		unused += !bit(m->used, i);
@@ -265,6 +365,115 @@ int64_t dlshim_rows_ahead(struct dlshim_rows *r, int job, uint64_t job_key, uint
 			return (int64_t)d; /* every row unused, not in memory */
 	}
 	return -1;
+}
+
+int64_t dlshim_rows_ahead(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
+			  uint64_t nrows, uint64_t chunk_rows, uint64_t served, dlshim_rows_resident_fn resident, void *ctx)
+{
+	struct rmap *m = r ? find(r, job, job_key, dev, ino, nrows) : NULL;
+	if (m == NULL || chunk_rows == 0 || served >= m->n)
+		return -1;
+	return ahead_of(m, chunk_rows, served, resident, ctx);
+}
+
+struct dlshim_rows_lease *dlshim_rows_lease_new(struct dlshim_rows *r, struct dlshim_rows_lease_shm *shm)
+{
+	if (r == NULL || shm == NULL)
+		return NULL;
+	if (r->nl == r->lcap) {
+		size_t cap = r->lcap ? r->lcap * 2 : 8;
+		struct dlshim_rows_lease **v = realloc(r->l, cap * sizeof(*v));
+		if (v == NULL)
+			return NULL;
+		r->l = v;
+		r->lcap = cap;
+	}
+	struct dlshim_rows_lease *l = calloc(1, sizeof(*l));
+	if (l == NULL)
+		return NULL;
+	memset(shm, 0, sizeof(*shm));
+	shm->magic = DLSHIM_LEASE_MAGIC;
+	l->shm = shm;
+	r->l[r->nl++] = l;
+	return l;
+}
+
+void dlshim_rows_lease_free(struct dlshim_rows *r, struct dlshim_rows_lease *l)
+{
+	if (r == NULL || l == NULL)
+		return;
+	settle(l, 1);
+	for (size_t i = 0; i < r->nl; i++)
+		if (r->l[i] == l) {
+			r->l[i] = r->l[--r->nl];
+			break;
+		}
+	free(l);
+}
+
+uint32_t dlshim_rows_lease_fill(struct dlshim_rows *r, struct dlshim_rows_lease *l, int job, uint64_t job_key,
+				uint64_t dev, uint64_t ino, uint64_t nrows, uint32_t want, uint64_t chunk_rows,
+				dlshim_rows_resident_fn resident, void *ctx, int64_t *ahead)
+{
+	*ahead = -1;
+	if (r == NULL || l == NULL)
+		return 0;
+	settle(l, 1);
+	l->m = NULL;
+	l->shm->count = 0;
+	if (nrows >= UNMAPPED || chunk_rows == 0)
+		return 0;
+	struct rmap *m = get(r, job, job_key, dev, ino, nrows);
+	if (m == NULL)
+		return 0;
+	l->m = m;
+	if (want > DLSHIM_LEASE_ROWS)
+		want = DLSHIM_LEASE_ROWS;
+	uint32_t n = 0;
+	while (n < want) {
+		/* Only rows already in memory (or being loaded): what to load is
+		 * decided by the requests themselves and by load-ahead, as
+		 * without leases, never by a row a worker may read much later. */
+		int64_t j = choose(m, UINT64_MAX, chunk_rows, 0, resident, ctx);
+		if (j < 0)
+			break;
+		set_bit(m->used, (uint64_t)j);
+		m->cursor = (uint64_t)j;
+		m->nleased++;
+		l->served[n] = (uint32_t)j;
+		l->out[n] = 1;
+		l->shm->served[n] = (uint32_t)j;
+		l->shm->dset[n] = 0;
+		atomic_store_explicit(&l->shm->state[n], 0, memory_order_relaxed);
+		n++;
+		if (*ahead < 0)
+			*ahead = ahead_of(m, chunk_rows, (uint64_t)j, resident, ctx);
+	}
+	l->n = n;
+	l->shm->fill++;
+	atomic_thread_fence(memory_order_release);
+	l->shm->count = n;
+	return n;
+}
+
+uint64_t dlshim_rows_leased(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
+			    uint64_t nrows)
+{
+	struct rmap *m = r ? find(r, job, job_key, dev, ino, nrows) : NULL;
+	if (m == NULL)
+		return 0;
+	settle_all(r, m, NULL, 0);
+	return m->nleased;
+}
+
+uint64_t dlshim_rows_consumed(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
+			      uint64_t nrows)
+{
+	struct rmap *m = r ? find(r, job, job_key, dev, ino, nrows) : NULL;
+	if (m == NULL)
+		return 0;
+	settle_all(r, m, NULL, 0);
+	return m->nconsumed;
 }
 
 uint64_t dlshim_rows_epochs_started(const struct dlshim_rows *r) { return r ? r->epochs : 0; }

@@ -22,6 +22,7 @@
 #include "dlshim/fileid.h"
 #include "dlshim/packet.h"
 #include "dlshim/proto.h"
+#include "dlshim/rows.h"
 #include "real.h"
 #include "dlshim/rundir.h"
 #include "shim.h"
@@ -30,10 +31,32 @@ extern char **environ;
 
 #define POOL_MAX 8
 
+/* A connection may carry a lease of HDF5 rows the coordinator decided
+ * for us (include/dlshim/rows.h): memory shared read-write with the
+ * coordinator, used only by the thread holding the connection. */
+struct lease_view {
+	struct dlshim_rows_lease_shm *shm;
+	uint32_t count, cur;      /* entries of the last fill (checked), next one to try */
+	uint64_t dev, ino, nrows, seg_id;
+};
+
 struct conn {
 	int fd;
 	int busy;
+	struct lease_view lease;
 };
+
+#define LEASE_LEN (((sizeof(struct dlshim_rows_lease_shm) + 4095) / 4096) * 4096)
+
+/* Close a pooled connection and drop its lease mapping (the coordinator
+ * settles the lease when it sees the connection end). */
+static void conn_close(struct conn *c)
+{
+	real.close(c->fd);
+	if (c->lease.shm)
+		munmap(c->lease.shm, LEASE_LEN);
+	c->lease.shm = NULL;
+}
 
 /* One mapped coordinator segment. Views are never unmapped: routes taken
  * from a coordinator that has since died keep reading valid bytes. */
@@ -327,16 +350,23 @@ static int hello(int fd, uint32_t kind)
 	return kind == DLSHIM_HELLO_CLIENT ? declare_dataset(fd) : 0;
 }
 
+/* The process id, asked of the kernel once per HDF5 row read rather than
+ * at each of the checks below (a system call costs a microsecond or more
+ * on a VM, and a redirected sample made eight of them): set for the
+ * duration of client_rows, 0 elsewhere. */
+static __thread pid_t rows_pid;
+static pid_t cur_pid(void) { return rows_pid ? rows_pid : getpid(); }
+
 /* Called with pool_mu held. */
 static void fork_check(void)
 {
-	if (session_pid == getpid())
+	if (session_pid == cur_pid())
 		return;
 	/* First use in this process, or a child created without our atfork
 	 * handler (raw clone): connections belong to the parent. */
 	for (int i = 0; i < npool; i++)
 		if (pool[i].fd >= 0 && session_pid != 0)
-			real.close(pool[i].fd);
+			conn_close(&pool[i]);
 	npool = 0;
 	session_id = new_session_id();
 	session_pid = getpid();
@@ -386,8 +416,7 @@ static int pool_get(void)
 	}
 	ever_connected = 1;
 	int i = npool++;
-	pool[i].fd = fd;
-	pool[i].busy = 1;
+	pool[i] = (struct conn){.fd = fd, .busy = 1};
 	pthread_mutex_unlock(&pool_mu);
 	return i;
 }
@@ -396,13 +425,13 @@ static void pool_put(int i, int broken)
 {
 	pthread_mutex_lock(&pool_mu);
 	if (broken) {
-		real.close(pool[i].fd);
+		conn_close(&pool[i]);
 		pool[i] = pool[--npool];
 		/* A dead coordinator breaks every connection: drop them all so the
 		 * next open reconnects (and respawns) instead of failing one by one. */
 		for (int k = 0; k < npool; k++)
 			if (!pool[k].busy) {
-				real.close(pool[k].fd);
+				conn_close(&pool[k]);
 				pool[k] = pool[--npool];
 				k--;
 			}
@@ -642,7 +671,7 @@ void client_atfork_child(void)
 	/* The child must not share the parent's sockets: close its copies and
 	 * start a session of its own on first use. */
 	for (int i = 0; i < npool; i++)
-		real.close(pool[i].fd);
+		conn_close(&pool[i]);
 	npool = 0;
 	session_pid = 0;
 	pair_fork_gen++;
@@ -706,8 +735,8 @@ static void note_fast(uint64_t bytes)
 {
 	uint64_t h = 0, b = 0;
 	pthread_mutex_lock(&rows_mu);
-	if (fast_pid != getpid()) {
-		fast_pid = getpid(); /* a forked child: the parent reports its own */
+	if (fast_pid != cur_pid()) {
+		fast_pid = cur_pid(); /* a forked child: the parent reports its own */
 		fast_hits = fast_bytes = 0;
 	}
 	fast_hits++;
@@ -735,7 +764,7 @@ void client_rows_flush(void)
 static struct segment *rows_segment(void)
 {
 	pthread_mutex_lock(&pool_mu);
-	struct segment *seg = session_pid == getpid() ? current_seg : NULL;
+	struct segment *seg = session_pid == cur_pid() ? current_seg : NULL;
 	pthread_mutex_unlock(&pool_mu);
 	return seg;
 }
@@ -781,19 +810,35 @@ struct row_pair {
 static __thread struct row_pair pairs[PAIRS];
 static __thread unsigned pair_next;
 
-static struct row_pair *pair_find(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t seg_id, uint64_t epochs)
+/* What the remembered mappings say about dataset `dh` reading row
+ * m->row: 0 nothing (a new sample: take a row from the lease or ask);
+ * 1 another dataset's mapping under the current epoch count (*out), to be
+ * served from the index; -1 ask the coordinator, which knows the row: a
+ * re-read by the same dataset within the epoch count (it keeps its row), or
+ * a pair whose epoch count has moved since (its own ask may have started
+ * the epoch), where a row from the lease would break the pair. */
+static int pair_find(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t seg_id, uint64_t epochs,
+		     struct row_pair **out)
 {
+	int r = 0;
 	for (int i = 0; i < PAIRS; i++) {
 		struct row_pair *p = &pairs[i];
-		if (p->fork_gen != pair_fork_gen || p->epochs != epochs || p->seg_id != seg_id || p->row != m->row ||
-		    p->dev != m->dev || p->ino != m->ino || p->nrows != m->nrows)
+		if (p->fork_gen != pair_fork_gen || p->seg_id != seg_id || p->row != m->row || p->dev != m->dev ||
+		    p->ino != m->ino || p->nrows != m->nrows)
 			continue;
+		int mine = 0;
 		for (unsigned d = 0; d < p->ndsets; d++)
-			if (p->dsets[d] == dh)
-				return NULL; /* a re-read: the coordinator keeps the epoch's books */
-		return p->ndsets < PAIR_DSETS ? p : NULL;
+			mine |= p->dsets[d] == dh;
+		if (p->epochs == epochs) {
+			if (mine || p->ndsets >= PAIR_DSETS)
+				return -1;
+			*out = p;
+			return 1;
+		}
+		if (!mine)
+			r = -1;
 	}
-	return NULL;
+	return r;
 }
 
 static void pair_put(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t served, uint64_t seg_id, uint64_t epochs)
@@ -804,23 +849,113 @@ static void pair_put(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t serv
 }
 
 /* Serve a single redirected row from a remembered mapping and the shared
- * index: 1 when done (*served_out set), 0 when the coordinator must be asked. */
+ * index: 1 when done (*served_out set), 0 when the coordinator must be
+ * asked, -1 when the row is mapped but not in the index (ask, and never
+ * take another row from the lease for it). */
 static int pair_rows(struct dlshim_msg_rows *m, uint64_t dh, void *dst, uint64_t *served_out)
 {
 	struct segment *seg = rows_segment();
 	if (seg == NULL)
 		return 0;
-	struct row_pair *p = pair_find(m, dh, seg->id, dlshim_shm_rows_epochs(&seg->view));
-	uint64_t k = p ? plan_find(m, dh) : 0;
+	struct row_pair *p = NULL;
+	int known = pair_find(m, dh, seg->id, dlshim_shm_rows_epochs(&seg->view), &p);
+	if (known <= 0)
+		return known;
+	uint64_t k = plan_find(m, dh);
 	if (k == 0 || fast_rows(m, dh, k, p->served, 1, dst) != 1)
-		return 0;
+		return -1;
 	p->dsets[p->ndsets++] = dh;
 	*served_out = p->served;
 	return 1;
 }
 
-int client_rows(const char *path, const char *dset, const struct stat *st, uint64_t nrows, uint64_t row_bytes,
-		uint64_t row, uint64_t n, int redirect, void *dst, uint64_t *served_out)
+/* Take a row from connection `c`'s lease for requested row `m->row`: the
+ * served row, or -1 (no lease for this file, or none left). A served row
+ * out of range is skipped untaken (the coordinator gets it back). */
+static int64_t lease_take(struct conn *c, const struct dlshim_msg_rows *m, uint64_t dh, uint64_t seg_id)
+{
+	struct lease_view *v = &c->lease;
+	if (v->shm == NULL || v->seg_id != seg_id || v->dev != m->dev || v->ino != m->ino || v->nrows != m->nrows)
+		return -1;
+	while (v->cur < v->count) {
+		uint32_t t = v->cur++;
+		uint32_t served = v->shm->served[t];
+		if (served >= m->nrows)
+			continue;
+		v->shm->dset[t] = dh;
+		uint64_t zero = 0;
+		if (atomic_compare_exchange_strong(&v->shm->state[t], &zero, DLSHIM_LEASE_TAKEN | m->row))
+			return served;
+	}
+	return -1;
+}
+
+/* A reply refilled connection `c`'s lease (its memory in `lfd` the first
+ * time): remember what it covers. */
+static void lease_update(struct conn *c, const struct dlshim_msg_rows_r *r, const struct dlshim_msg_rows *m,
+			 const struct segment *seg, int lfd)
+{
+	struct lease_view *v = &c->lease;
+	if (lfd >= 0) {
+		struct stat st;
+		void *p = MAP_FAILED;
+		if (v->shm == NULL && fstat(lfd, &st) == 0 && (uint64_t)st.st_size >= LEASE_LEN)
+			p = mmap(NULL, LEASE_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, lfd, 0);
+		real.close(lfd);
+		if (p != MAP_FAILED) {
+			if (((struct dlshim_rows_lease_shm *)p)->magic == DLSHIM_LEASE_MAGIC)
+				v->shm = p;
+			else
+				munmap(p, LEASE_LEN);
+		}
+	}
+	if (!r->lease || v->shm == NULL || seg == NULL)
+		return;
+	v->count = r->lease_count <= DLSHIM_LEASE_ROWS ? r->lease_count : 0;
+	v->cur = 0;
+	v->dev = m->dev;
+	v->ino = m->ino;
+	v->nrows = m->nrows;
+	v->seg_id = seg->id;
+}
+
+/* Read served row `served` (taken from the lease of connection `c`, held
+ * by the caller) through the index, or ask for it on `c`. 0 when copied to
+ * `dst`; -1: the caller reads it through HDF5; -2: `c` broke. */
+static int leased_read(int c, struct dlshim_msg_rows *m, char *msg, size_t mlen, uint64_t dh, uint64_t served,
+		       void *dst)
+{
+	uint64_t k = plan_find(m, dh);
+	if (k && fast_rows(m, dh, k, served, 1, dst) == 1)
+		return 0;
+	struct dlshim_msg_rows q = *m;
+	q.row = served;
+	q.count = 1;
+	q.flags = DLSHIM_ROWS_F_LEASED;
+	memcpy(msg, &q, sizeof(q));
+	union {
+		struct dlshim_msg_rows_r r;
+		char raw[sizeof(struct dlshim_msg_hdr) + 512];
+	} b;
+	if (send_msg(pool[c].fd, DLSHIM_MSG_ROWS, msg, (uint32_t)mlen, -1) < 0 ||
+	    recv_msg(pool[c].fd, &b, sizeof(b), DLSHIM_MSG_ROWS_R, NULL) != sizeof(b.r))
+		return -2;
+	const struct dlshim_msg_rows_r *r = &b.r;
+	struct segment *seg = current_seg;
+	if (r->status != DLSHIM_OPEN_R_HIT || seg == NULL || r->count == 0 || r->size != r->count * m->row_bytes ||
+	    r->served != served || served < r->first || served >= r->first + r->count)
+		return -1;
+	struct dlshim_shm_cursor cur = {0};
+	if (dlshim_shm_read(&seg->view, r->slot, r->gen, (served - r->first) * m->row_bytes, dst, m->row_bytes, &cur) !=
+	    (ssize_t)m->row_bytes)
+		return -1;
+	if (r->chunk_rows && r->first % r->chunk_rows == 0)
+		plan_put(m, dh, r->chunk_rows);
+	return 0;
+}
+
+static int rows_read(const char *path, const char *dset, const struct stat *st, uint64_t nrows, uint64_t row_bytes,
+		     uint64_t row, uint64_t n, int redirect, void *dst, uint64_t *served_out)
 {
 	static __thread char msg[sizeof(struct dlshim_msg_rows) + DLSHIM_PATH_MAX + 1024 + 2];
 	*served_out = row;
@@ -843,10 +978,31 @@ int client_rows(const char *path, const char *dset, const struct stat *st, uint6
 		return -1;
 	uint64_t dh = dlshim_rows_name_hash(dset);
 	m.row = row;
-	if (m.redirect != DLSHIM_REDIRECT_OFF && pair_rows(&m, dh, dst, served_out))
+	int paired = m.redirect != DLSHIM_REDIRECT_OFF ? pair_rows(&m, dh, dst, served_out) : 0;
+	if (paired > 0)
 		return 0;
 	memcpy(msg + sizeof(m) + pl + 1, dset, dl + 1);
 	memcpy(msg + sizeof(m), path, pl + 1);
+	if (m.redirect != DLSHIM_REDIRECT_OFF && paired == 0) {
+		/* A row decided ahead for this connection: no message unless its
+		 * chunk is not in the index. */
+		struct segment *lseg = rows_segment();
+		int c = lseg ? pool_get() : -1;
+		if (c >= 0) {
+			uint64_t epochs = dlshim_shm_rows_epochs(&lseg->view);
+			m.count = 1;
+			int64_t j = lease_take(&pool[c], &m, dh, lseg->id);
+			if (j >= 0) {
+				int rc = leased_read(c, &m, msg, sizeof(m) + pl + dl + 2, dh, (uint64_t)j, dst);
+				pool_put(c, rc == -2);
+				*served_out = (uint64_t)j;
+				pair_put(&m, dh, (uint64_t)j, lseg->id, epochs);
+				return rc == 0 ? 0 : -1;
+			}
+			pool_put(c, 0);
+		}
+		m.flags = DLSHIM_ROWS_F_LEASE;
+	}
 	uint64_t done = 0;
 	while (done < n) {
 		uint64_t k = m.redirect == DLSHIM_REDIRECT_OFF ? plan_find(&m, dh) : 0;
@@ -869,12 +1025,17 @@ int client_rows(const char *path, const char *dset, const struct stat *st, uint6
 			struct dlshim_msg_rows_r r;
 			char raw[sizeof(struct dlshim_msg_hdr) + 512];
 		} b;
+		int lfd = -1;
 		if (send_msg(pool[c].fd, DLSHIM_MSG_ROWS, msg, (uint32_t)(sizeof(m) + pl + dl + 2), -1) < 0 ||
-		    recv_msg(pool[c].fd, &b, sizeof(b), DLSHIM_MSG_ROWS_R, NULL) != sizeof(b.r)) {
+		    recv_msg(pool[c].fd, &b, sizeof(b), DLSHIM_MSG_ROWS_R, &lfd) != sizeof(b.r)) {
 			pool_put(c, 1);
 			return -1;
 		}
 		struct segment *seg = current_seg;
+		if (m.flags & DLSHIM_ROWS_F_LEASE)
+			lease_update(&pool[c], &b.r, &m, seg, lfd);
+		else if (lfd >= 0)
+			real.close(lfd);
 		pool_put(c, 0);
 		const struct dlshim_msg_rows_r *r = &b.r;
 		/* Once the coordinator has mapped the row, every way out reads the
@@ -907,4 +1068,14 @@ int client_rows(const char *path, const char *dset, const struct stat *st, uint6
 		done += take;
 	}
 	return 0;
+}
+
+int client_rows(const char *path, const char *dset, const struct stat *st, uint64_t nrows, uint64_t row_bytes,
+		uint64_t row, uint64_t n, int redirect, void *dst, uint64_t *served_out)
+{
+	pid_t outer = rows_pid;
+	rows_pid = getpid();
+	int rc = rows_read(path, dset, st, nrows, row_bytes, row, n, redirect, dst, served_out);
+	rows_pid = outer;
+	return rc;
 }

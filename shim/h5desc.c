@@ -4,8 +4,10 @@
  * identity. Asking HDF5 and the kernel for these at every read cost about
  * as much as the read itself. HDF5 never reuses an id value, so an id
  * names one open dataset; a closed one is caught by H5Iis_valid. The
- * file's stat is refreshed every DESC_RESTAT_MS so that a replaced file is
- * noticed (its chunks carry the new identity). */
+ * identity is that of the file HDF5 has open (fstat of its sec2
+ * descriptor), refreshed every DESC_RESTAT_MS: a file rewritten in place is
+ * noticed (its chunks carry the new mtime), one renamed over it is not the
+ * file HDF5 reads, and its reads pass through. */
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -63,11 +65,26 @@ static int describe(const struct h5_fns *h, h5id dset, struct h5_desc *d)
 	if (fid < 0)
 		return -1;
 	int ir = h->Fget_intent(fid, &intent);
+	/* The file HDF5 reads is the one it has open, not whatever the path
+	 * names now (a file renamed over it): only the sec2 driver's handle is
+	 * a descriptor we can fstat, and the path must still name that file
+	 * (the coordinator opens it by path and checks the identity). */
+	int fd = -1;
+	h5id fapl = h->Fget_access_plist(fid);
+	if (fapl >= 0) {
+		void *hp = NULL;
+		if (h->Pget_driver(fapl) == h->FD_sec2_init() && h->Fget_vfd_handle(fid, fapl, &hp) >= 0 && hp)
+			fd = *(int *)hp;
+		h->Pclose(fapl);
+	}
 	h->Fclose(fid);
 	ssize_t dn = h->Iget_name(dset, d->dname, sizeof(d->dname));
 	if (ir < 0 || dn <= 0 || (size_t)dn >= sizeof(d->dname))
 		return -1;
-	d->routed = intent == H5_ACC_RDONLY && stat(d->path, &d->st) == 0 && S_ISREG(d->st.st_mode);
+	struct stat ps;
+	d->fd = fd;
+	d->routed = intent == H5_ACC_RDONLY && fd >= 0 && fstat(fd, &d->st) == 0 && S_ISREG(d->st.st_mode) &&
+		    stat(d->path, &ps) == 0 && ps.st_dev == d->st.st_dev && ps.st_ino == d->st.st_ino;
 	return 0;
 }
 
@@ -87,8 +104,16 @@ int h5_desc_get(const struct h5_fns *h, h5id dset, struct h5_desc *out)
 			old = &cache[i];
 	}
 	if (e && e->d.routed && t - e->stat_ns > DESC_RESTAT_MS * 1000000ull) {
-		if (stat(e->d.path, &e->d.st) != 0 || !S_ISREG(e->d.st.st_mode))
+		/* A file rewritten in place gets a new mtime, so new chunk
+		 * identities. One renamed over it is not the file HDF5 reads: the
+		 * path no longer names it, and its reads pass through. */
+		struct stat fs, ps;
+		if (fstat(e->d.fd, &fs) != 0 || !S_ISREG(fs.st_mode) || fs.st_dev != e->d.st.st_dev ||
+		    fs.st_ino != e->d.st.st_ino || stat(e->d.path, &ps) != 0 || ps.st_dev != fs.st_dev ||
+		    ps.st_ino != fs.st_ino)
 			e->d.routed = 0;
+		else
+			e->d.st = fs;
 		e->stat_ns = t;
 	}
 	if (e) {

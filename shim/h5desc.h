@@ -9,7 +9,8 @@
 
 struct h5_desc {
 	int routed;               /* 0: not ours (outside the roots, writable, unnamed): pass through */
-	struct stat st;           /* the file, at most DESC_RESTAT_MS old */
+	struct stat st;           /* the file HDF5 has open (fstat of its descriptor), at most DESC_RESTAT_MS old */
+	int fd;                   /* HDF5's descriptor of the file (sec2 driver) */
 	char path[DLSHIM_PATH_MAX];
 	char dname[1024];
 };

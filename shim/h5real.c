@@ -54,7 +54,10 @@ static void resolve(void)
 		     SYM(Tequal, "H5Tequal") && SYM(Tget_class, "H5Tget_class") && SYM(Tget_size, "H5Tget_size") &&
 		     SYM(Eget_auto2, "H5Eget_auto2") && SYM(Eset_auto2, "H5Eset_auto2") &&
 		     SYM(Pget_data_transform, "H5Pget_data_transform") && SYM(Scopy, "H5Scopy") &&
-		     SYM(Sselect_hyperslab, "H5Sselect_hyperslab") && SYM(Iis_valid, "H5Iis_valid");
+		     SYM(Sselect_hyperslab, "H5Sselect_hyperslab") && SYM(Iis_valid, "H5Iis_valid") &&
+		     SYM(Fget_access_plist, "H5Fget_access_plist") && SYM(Pget_driver, "H5Pget_driver") &&
+		     SYM(Pclose, "H5Pclose") && SYM(FD_sec2_init, "H5FD_sec2_init") &&
+		     SYM(Fget_vfd_handle, "H5Fget_vfd_handle");
 		fns.usable = ok;
 		if (!ok)
 			shim_debug("HDF5 %u.%u.%u: not usable for row caching; H5Dread passes through", maj, min, rel);

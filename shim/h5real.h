@@ -41,6 +41,11 @@ struct h5_fns {
 	h5id (*Scopy)(h5id);
 	int (*Sselect_hyperslab)(h5id, int, const h5size *, const h5size *, const h5size *, const h5size *);
 	int (*Iis_valid)(h5id);
+	h5id (*Fget_access_plist)(h5id);
+	h5id (*Pget_driver)(h5id);
+	int (*Pclose)(h5id);
+	h5id (*FD_sec2_init)(void);
+	int (*Fget_vfd_handle)(h5id, h5id, void **);
 	int usable;               /* every function found and the version is 1.10 or later */
 };
 

@@ -8,7 +8,9 @@
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "dlshim/rows.h"
@@ -339,26 +341,78 @@ static void ahead_start(int job, const struct dlshim_msg_rows *m, const char *pa
 	atomic_store(&ahead_busy, 0);
 }
 
+/* The connection's lease memory, created on first use. Called under D.mu. */
+static int lease_get(struct h5rows_conn *hc)
+{
+	if (hc->l)
+		return 0;
+	size_t len = ((sizeof(struct dlshim_rows_lease_shm) + 4095) / 4096) * 4096;
+	int fd = memfd_create("dlshim-lease", MFD_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	void *p = MAP_FAILED;
+	if (ftruncate(fd, (off_t)len) == 0)
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		close(fd);
+		return -1;
+	}
+	hc->l = dlshim_rows_lease_new(rows, p);
+	if (hc->l == NULL) {
+		munmap(p, len);
+		close(fd);
+		return -1;
+	}
+	hc->shm = p;
+	hc->fd = fd;
+	hc->sent = 0;
+	return 0;
+}
+
+void h5rows_conn_end(struct h5rows_conn *hc)
+{
+	if (hc->l == NULL)
+		return;
+	pthread_mutex_lock(&D.mu);
+	dlshim_rows_lease_free(rows, hc->l);
+	pthread_mutex_unlock(&D.mu);
+	munmap(hc->shm, ((sizeof(struct dlshim_rows_lease_shm) + 4095) / 4096) * 4096);
+	close(hc->fd);
+	memset(hc, 0, sizeof(*hc));
+}
+
+/* Rows per lease: half a row chunk (a worker's lease then covers what the
+ * chunk load brings in for it), at least 8. */
+static uint32_t lease_want(uint64_t k)
+{
+	uint64_t w = k / 2 < 8 ? 8 : k / 2;
+	return w > DLSHIM_LEASE_ROWS ? DLSHIM_LEASE_ROWS : (uint32_t)w;
+}
+
 void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, const char *dset,
-		  struct dlshim_msg_rows_r *r)
+		  struct dlshim_msg_rows_r *r, struct h5rows_conn *hc, int *pass_fd)
 {
 	memset(r, 0, sizeof(*r));
+	*pass_fd = -1;
 	r->status = DLSHIM_OPEN_R_PASS;
 	struct plan p;
 	if (m->row >= m->nrows || !get_plan(m, path, dset, &p))
 		return;
 	uint64_t k = p.chunk_rows, served = m->row;
 	struct resident_ctx rc = {m, p.dset_hash, k};
+	int redirect = m->redirect == DLSHIM_REDIRECT_ANY && !(m->flags & DLSHIM_ROWS_F_LEASED);
 	if (m->redirect == DLSHIM_REDIRECT_ANY)
 		primary(&p, &rc.dset_hash, &rc.k);
 	pthread_mutex_lock(&D.mu);
-	if (m->redirect == DLSHIM_REDIRECT_ANY) {
-		if (rows == NULL)
-			rows = dlshim_rows_create();
-		const char *jn = dlshim_engine_job_name(D.eng, job);
+	if (rows == NULL)
+		rows = dlshim_rows_create();
+	const char *jn = dlshim_engine_job_name(D.eng, job);
+	uint64_t jk = dlshim_rows_name_hash(jn ? jn : "");
+	int64_t j = -1;
+	if (redirect) {
 		uint64_t e0 = dlshim_rows_epochs_started(rows);
-		int64_t j = dlshim_rows_map(rows, job, dlshim_rows_name_hash(jn ? jn : ""), m->dev, m->ino, m->nrows,
-					    p.dset_hash, m->row, rc.k, chunk_resident, &rc);
+		j = dlshim_rows_map(rows, job, jk, m->dev, m->ino, m->nrows, p.dset_hash, m->row, rc.k, chunk_resident,
+				    &rc);
 		/* Published before any mapping of the new epoch leaves: clients
 		 * drop the mappings they remember. */
 		if (dlshim_rows_epochs_started(rows) != e0)
@@ -367,8 +421,8 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 			served = (uint64_t)j;
 		/* Only the dataset whose residency steers the mapping reads ahead. */
 		int64_t next = j >= 0 && rc.dset_hash == p.dset_hash
-				       ? dlshim_rows_ahead(rows, job, dlshim_rows_name_hash(jn ? jn : ""), m->dev, m->ino,
-							   m->nrows, k, served, chunk_resident, &rc)
+				       ? dlshim_rows_ahead(rows, job, jk, m->dev, m->ino, m->nrows, k, served,
+							   chunk_resident, &rc)
 				       : -1;
 		if (next >= 0)
 			ahead_start(job, m, path, dset, &p, (uint64_t)next);
@@ -382,6 +436,21 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 		return;
 	}
 	open_chunk(job, m, path, dset, &id, first, count, 0, res);
+	/* The next rows this client will serve, decided now (after the served
+	 * row's chunk is in, so they come from it first): it takes them from
+	 * shared memory without asking. */
+	if (redirect && j >= 0 && (m->flags & DLSHIM_ROWS_F_LEASE) && hc && lease_get(hc) == 0) {
+		int64_t next = -1;
+		r->lease_count = dlshim_rows_lease_fill(rows, hc->l, job, jk, m->dev, m->ino, m->nrows, lease_want(rc.k),
+							rc.k, chunk_resident, &rc, &next);
+		r->lease = 1;
+		if (!hc->sent) {
+			*pass_fd = hc->fd;
+			hc->sent = 1;
+		}
+		if (next >= 0 && rc.dset_hash == p.dset_hash)
+			ahead_start(job, m, path, dset, &p, (uint64_t)next);
+	}
 	pthread_mutex_unlock(&D.mu);
 	r->served = served; /* also on PASS: the client then reads this row itself */
 	if (res->kind == DLSHIM_OPEN_HIT) {

@@ -27,6 +27,7 @@ struct conn {
 	struct session *s;  /* NULL for control connections (CLI) */
 	int control;
 	uint32_t seq;
+	struct h5rows_conn h5;  /* its lease of decided HDF5 rows, if any */
 };
 
 static int reply(struct conn *c, uint16_t type, const void *p, uint32_t len, int pass_fd)
@@ -954,12 +955,14 @@ static int handle_rows(struct conn *c, const void *payload)
 	const char *path = (const char *)payload + sizeof(*m); /* both names checked by the decoder */
 	const char *dset = path + strlen(path) + 1;
 	struct dlshim_msg_rows_r r;
-	h5rows_serve(c->s->job, m, path, dset, &r);
-	return reply(c, DLSHIM_MSG_ROWS_R, &r, sizeof(r), -1);
+	int pass_fd;
+	h5rows_serve(c->s->job, m, path, dset, &r, &c->h5, &pass_fd);
+	return reply(c, DLSHIM_MSG_ROWS_R, &r, sizeof(r), pass_fd);
 }
 
 static void conn_end(struct conn *c)
 {
+	h5rows_conn_end(&c->h5); /* before the job can end: its taken rows are recorded */
 	pthread_mutex_lock(&D.mu);
 	struct session *s = c->s;
 	if (s) {

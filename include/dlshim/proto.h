@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define DLSHIM_PROTO_MAGIC 0x31534c44u /* "DLS1" */
-#define DLSHIM_PROTO_VERSION 2u /* 2: OPEN carries the ctime */
+#define DLSHIM_PROTO_VERSION 3u /* 2: OPEN carries the ctime; 3: ROWS leases */
 #define DLSHIM_MSG_MAX (256u * 1024u)
 
 enum dlshim_msg_type {
@@ -131,7 +131,15 @@ struct dlshim_msg_rows {
 	uint64_t count;           /* rows wanted from `row` on (the reply may cover fewer) */
 	uint32_t redirect;        /* enum dlshim_redirect of the job */
 	uint32_t chunk;           /* DLSHIM_CHUNK (rows per chunk), 0 = auto */
+	uint32_t flags;           /* DLSHIM_ROWS_F_* */
+	uint32_t pad;
 };
+/* The client can take a lease of decided rows on this connection (redirect
+ * mode): the reply fills it (and passes its memory the first time). */
+#define DLSHIM_ROWS_F_LEASE 1u
+/* `row` is a served row the client took from its lease: read it in the
+ * redirect plan's chunking, decide nothing. */
+#define DLSHIM_ROWS_F_LEASED 2u
 
 /* HIT: row `served` (== `row` unless redirected) is at byte
  * (served - first) * row_bytes of the item in slot/gen, which holds rows
@@ -146,6 +154,8 @@ struct dlshim_msg_rows_r {
 	uint64_t first, count;
 	uint64_t served;
 	uint64_t chunk_rows;      /* the dataset's rows per item: lets the client find later chunks in the index */
+	uint32_t lease;           /* 1: the connection's lease was refilled (its memory fd comes with the first) */
+	uint32_t lease_count;     /* entries in it (<= DLSHIM_LEASE_ROWS) */
 };
 
 /* Encode a message into `buf` (at least sizeof hdr + len). Returns the

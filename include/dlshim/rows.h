@@ -66,7 +66,63 @@ int64_t dlshim_rows_ahead(struct dlshim_rows *r, int job, uint64_t job_key, uint
  * mappings clients remember). */
 uint64_t dlshim_rows_epochs_started(const struct dlshim_rows *r);
 
-/* Forget every mapping of a job (it ended). */
+/* Forget every mapping of a job (it ended). Leases bound to its mappings
+ * are unbound (they hold nothing afterwards). */
 void dlshim_rows_job_end(struct dlshim_rows *r, int job);
+
+/* ---- Leases: rows decided ahead, claimed by the client without a message.
+ *
+ * The coordinator fills a lease (one per client connection, in a small
+ * memory area shared read-write with that client) with rows it has marked
+ * used in the job's mapping. The client takes entry t for its requested row
+ * i by compare-and-swap of state[t] from 0 to DLSHIM_LEASE_TAKEN | i (after
+ * writing dset[t]), then serves row served[t]; the coordinator revokes an
+ * entry by the swap 0 -> DLSHIM_LEASE_REVOKED. Whoever swaps first wins, so
+ * a row is either taken by the client (and recorded as requested row i ->
+ * served[t] when the coordinator next looks) or given back to the epoch,
+ * never both. The coordinator keeps its own copy of what it leased and
+ * trusts nothing else in the area: a taken entry with a bad row, or a state
+ * word that is neither 0 nor a taken row, consumes the row without mapping
+ * it (never served twice). A client that exits or crashes loses nothing:
+ * the coordinator settles its lease when the connection ends (taken rows
+ * recorded, the rest given back). */
+#define DLSHIM_LEASE_ROWS 64
+#define DLSHIM_LEASE_MAGIC 0x31455341454c5752ULL /* "RWLEASE1" */
+#define DLSHIM_LEASE_TAKEN (1ULL << 63)
+#define DLSHIM_LEASE_REVOKED (1ULL << 62)
+
+struct dlshim_rows_lease_shm {
+	uint64_t magic;
+	uint64_t fill;                               /* bumped at every fill (diagnostics) */
+	uint32_t count;                              /* entries of this fill */
+	uint32_t pad;
+	uint32_t served[DLSHIM_LEASE_ROWS];          /* written by the coordinator */
+	uint64_t dset[DLSHIM_LEASE_ROWS];            /* the taker's dataset key, written before the swap */
+	_Atomic uint64_t state[DLSHIM_LEASE_ROWS];   /* 0 free, TAKEN | requested row, REVOKED */
+};
+
+struct dlshim_rows_lease;
+
+/* A lease over `shm` (zeroed or reused memory; formatted here). NULL on
+ * no memory. */
+struct dlshim_rows_lease *dlshim_rows_lease_new(struct dlshim_rows *r, struct dlshim_rows_lease_shm *shm);
+
+/* Settle (taken entries recorded, the rest given back) and forget. */
+void dlshim_rows_lease_free(struct dlshim_rows *r, struct dlshim_rows_lease *l);
+
+/* Settle the lease's previous entries, then fill it with up to `want`
+ * (at most DLSHIM_LEASE_ROWS) unused rows of resident chunks of the job's
+ * mapping of the file. Returns the rows leased (0: none).
+ * *ahead is set to a chunk to load ahead (as dlshim_rows_ahead), or -1. */
+uint32_t dlshim_rows_lease_fill(struct dlshim_rows *r, struct dlshim_rows_lease *l, int job, uint64_t job_key,
+				uint64_t dev, uint64_t ino, uint64_t nrows, uint32_t want, uint64_t chunk_rows,
+				dlshim_rows_resident_fn resident, void *ctx, int64_t *ahead);
+
+/* Rows of the job's mapping of the file still out in leases (not taken,
+ * not given back), and rows consumed this epoch (mapped, taken or lost). */
+uint64_t dlshim_rows_leased(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
+			    uint64_t nrows);
+uint64_t dlshim_rows_consumed(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
+			      uint64_t nrows);
 
 #endif

@@ -10,6 +10,9 @@ without it:
     through a closed dataset id fails as it does without the shim;
   * the cache really served rows (DLSHIM_STATS shows bytes from the cache);
   * a rewritten file is never served from its old rows;
+  * a file replaced under dataset ids that stay open, past the shim's
+    100 ms stat refresh: renamed over, the ids read the old file as they do
+    without the shim; rewritten in place, they read the new bytes;
   * a process that never uses HDF5 works unchanged and never loads libhdf5;
   * a corrupt HDF5 file: the same clear error with and without the shim.
 """
@@ -84,6 +87,33 @@ except Exception as e:
 '''
 
 
+# Keeps dataset ids open across a replacement of the file, reading the same
+# rows before and 0.3 s after (past the shim's 100 ms stat refresh).
+REPLACE = r'''
+import json, os, subprocess, sys, time, h5py
+path, how, make, out = sys.argv[1:5]
+env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+env["HDF5_USE_FILE_LOCKING"] = "FALSE"   # the writer replaces a file this process holds open
+f = h5py.File(path, "r")
+ds = {k: f[k] for k in ("x_contig", "x_chunk", "x_gzip", "y")}
+rows = list(range(0, 203, 7))
+res = {"before": {k: [d[i].tobytes().hex() for i in rows] for k, d in ds.items()}}
+if how == "rename":
+    subprocess.run([sys.executable, make, path + ".new", "2"], env=env, check=True)
+    os.rename(path + ".new", path)
+else:
+    subprocess.run([sys.executable, make, path, "2"], env=env, check=True)
+time.sleep(0.3)
+res["after"] = {k: [d[i].tobytes().hex() for i in rows] for k, d in ds.items()}
+fresh = ("import json, sys, h5py\n"
+         "f = h5py.File(sys.argv[1], 'r')\n"
+         "print(json.dumps({k: [f[k][i].tobytes().hex() for i in range(0, 203, 7)] for k in sys.argv[2:]}))")
+res["fresh"] = json.loads(subprocess.run([sys.executable, "-c", fresh, path] + list(ds), env=env, check=True,
+                                         capture_output=True).stdout)
+json.dump(res, open(out, "w"))
+'''
+
+
 def sha(b):
     return hashlib.sha256(b).hexdigest()
 
@@ -142,6 +172,37 @@ def main():
     fresh = env.run([prog, h5, "x_gzip", "rows"], shim=False).stdout
     after = env.run([prog, h5, "x_gzip", "rows"], DLSHIM_ROOTS=root).stdout
     T.check(before != fresh and after == fresh, "rows after the rewrite are the new ones")
+
+    T.section("a file replaced under dataset ids that stay open")
+    replace = T.write_script(env.path("replace.py"), REPLACE)
+    for how in ("rename", "inplace"):
+        res = {}
+        for label, shim in (("plain", False), ("shim", True)):
+            env.run([T.PYTHON, make, h5, "1"], shim=False, check_rc=True)
+            out = env.path("replace-%s-%s.json" % (how, label))
+            over = dict(DLSHIM_ROOTS=root) if shim else {}
+            p = env.run([T.PYTHON, replace, h5, how, make, out], shim=shim, timeout=120, **over)
+            T.check(p.returncode == 0, "%s, %s: reader exits 0" % (how, label), p.stderr.decode(errors="replace")[-1000:])
+            res[label] = json.load(open(out)) if p.returncode == 0 else None
+        if res["plain"] and res["shim"]:
+            pl, sh = res["plain"], res["shim"]
+            new = [k for k in pl["after"] if pl["after"][k] != pl["before"][k]]
+            T.info("%s: without the shim, the open ids read new bytes for %s" % (how, new or "no dataset"))
+            T.check(pl["before"] == sh["before"] and pl["fresh"] == sh["fresh"] and pl["fresh"] != pl["before"],
+                    "%s: same bytes before; the new file differs" % how)
+            if how == "rename":
+                # The ids still read the file HDF5 has open (the old one, now
+                # unnamed), never the new file the path names.
+                bad = [k for k in pl["after"] if pl["after"][k] != sh["after"][k]]
+                T.check(not bad, "rename: reads through the open ids are the old file's, as without the shim",
+                        "differ: %s" % bad)
+            else:
+                # Rewritten in place: HDF5's own caches may still give old
+                # bytes without the shim; with it, the rows are the file's as
+                # it is on disk now (new mtime, new chunk identities).
+                bad = [k for k in sh["after"] if sh["after"][k] != sh["fresh"][k]]
+                T.check(not bad, "inplace: reads through the open ids 0.3 s later are the new file's", "old: %s" % bad)
+    env.run([T.PYTHON, make, h5, "1"], shim=False, check_rc=True)
 
     T.section("a process that never uses HDF5")
     with open(os.path.join(root, "plain.bin"), "wb") as f:

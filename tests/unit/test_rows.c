@@ -2,6 +2,7 @@
  * epoch, pairs kept across datasets, resident rows first, epoch rollover,
  * chunk identities. The residency of chunks is simulated here. */
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -274,6 +275,228 @@ static void test_chunk_ids(void **st)
 	assert_int_equal(a.ino, b.ino);
 }
 
+
+/* ---- leases ---- */
+
+/* A simulated client: takes rows from its lease as the shim does, asks
+ * the coordinator (map, then refill) when the lease has none. */
+struct client {
+	struct dlshim_rows_lease_shm shm;
+	struct dlshim_rows_lease *l;
+	uint32_t cur;
+	int asks;
+};
+
+static int64_t take(struct client *c, uint64_t dkey, uint64_t row)
+{
+	while (c->cur < c->shm.count && c->cur < DLSHIM_LEASE_ROWS) {
+		uint32_t t = c->cur++;
+		c->shm.dset[t] = dkey;
+		uint64_t zero = 0;
+		if (atomic_compare_exchange_strong(&c->shm.state[t], &zero, DLSHIM_LEASE_TAKEN | row))
+			return c->shm.served[t];
+	}
+	return -1;
+}
+
+static int64_t client_read(struct dlshim_rows *r, struct sim *s, struct client *c, uint64_t dkey, uint64_t row,
+			   uint32_t want)
+{
+	int64_t j = take(c, dkey, row);
+	if (j >= 0)
+		return j;
+	c->asks++;
+	j = ask(r, s, dkey, row);
+	int64_t ahead;
+	uint32_t n = dlshim_rows_lease_fill(r, c->l, 0, 42, 1, 2, N, want, K, resident, s, &ahead);
+	c->cur = 0;
+	assert_true(n <= want);
+	for (uint32_t t = 0; t < n; t++)
+		s->res[c->shm.served[t] / K] = 1; /* the client's read loads the chunk */
+	return j;
+}
+
+static struct client *client_new(struct dlshim_rows *r)
+{
+	struct client *c = calloc(1, sizeof(*c));
+	assert_non_null(c);
+	c->l = dlshim_rows_lease_new(r, &c->shm);
+	assert_non_null(c->l);
+	return c;
+}
+
+/* Two clients taking most rows from leases: every epoch is still a
+ * permutation, the labels' dataset (asking the coordinator) gets the row
+ * taken for the inputs, and far fewer asks than rows. */
+static void test_lease_permutation_and_pairs(void **st)
+{
+	(void)st;
+	struct dlshim_rows *r = dlshim_rows_create();
+	struct sim s = {0};
+	struct client *c[2] = {client_new(r), client_new(r)};
+	uint64_t order[N];
+	for (int ep = 0; ep < 3; ep++) {
+		int seen[N] = {0};
+		shuffle(order, N, 11u + (unsigned)ep);
+		for (int i = 0; i < N; i++) {
+			struct client *cl = c[(order[i] / 7) % 2];
+			int64_t j = client_read(r, &s, cl, 1, order[i], 8);
+			assert_true(j >= 0 && j < N);
+			assert_int_equal(seen[j], 0);
+			seen[j] = 1;
+			/* The label of every third sample asks the coordinator. */
+			if (i % 3 == 0)
+				assert_int_equal(ask(r, &s, 2, order[i]), j);
+		}
+		assert_int_equal(dlshim_rows_consumed(r, 0, 42, 1, 2, N), N);
+		assert_int_equal(dlshim_rows_epoch(r, 0, 42, 1, 2, N), ep);
+	}
+	assert_true(c[0]->asks + c[1]->asks < N);
+	for (int i = 0; i < 2; i++) {
+		dlshim_rows_lease_free(r, c[i]->l);
+		free(c[i]);
+	}
+	dlshim_rows_destroy(r);
+}
+
+/* A client that exits (or crashes) with rows still in its lease: the rows
+ * it took stay consumed, the others go back, and the epoch is completed by
+ * another client without a row twice or a row lost. */
+static void test_lease_client_exit(void **st)
+{
+	(void)st;
+	struct dlshim_rows *r = dlshim_rows_create();
+	struct sim s = {0};
+	struct client *a = client_new(r), *b = client_new(r);
+	uint64_t order[N];
+	shuffle(order, N, 5);
+	int seen[N] = {0}, i = 0;
+	for (; i < 13; i++) {
+		int64_t j = client_read(r, &s, a, 1, order[i], 32);
+		assert_int_equal(seen[j], 0);
+		seen[j] = 1;
+	}
+	assert_true(dlshim_rows_leased(r, 0, 42, 1, 2, N) > 0);
+	dlshim_rows_lease_free(r, a->l); /* the connection ended */
+	free(a);
+	assert_int_equal(dlshim_rows_leased(r, 0, 42, 1, 2, N), 0);
+	assert_int_equal(dlshim_rows_consumed(r, 0, 42, 1, 2, N), 13);
+	for (; i < N; i++) {
+		int64_t j = client_read(r, &s, b, 1, order[i], 32);
+		assert_true(j >= 0 && j < N);
+		assert_int_equal(seen[j], 0);
+		seen[j] = 1;
+	}
+	for (int k = 0; k < N; k++)
+		assert_int_equal(seen[k], 1);
+	assert_int_equal(dlshim_rows_epoch(r, 0, 42, 1, 2, N), 0);
+	dlshim_rows_lease_free(r, b->l);
+	free(b);
+	dlshim_rows_destroy(r);
+}
+
+/* Every unused row out in one client's lease: another client's ask takes
+ * them back (its own request and lease are served, the first client's
+ * swaps fail) and no row is served twice. */
+static void test_lease_revoked_when_needed(void **st)
+{
+	(void)st;
+	struct dlshim_rows *r = dlshim_rows_create();
+	struct sim s = {0};
+	struct client *a = client_new(r), *b = client_new(r);
+	int seen[N] = {0}, served = 0;
+	/* a's ask maps one row and leases 64; b, then a, alternate. */
+	for (uint64_t i = 0; i < N; i++) {
+		struct client *cl = i < 40 ? a : (i % 2 ? a : b);
+		int64_t j = client_read(r, &s, cl, 1, i, DLSHIM_LEASE_ROWS);
+		assert_true(j >= 0 && j < N);
+		assert_int_equal(seen[j], 0);
+		seen[j] = 1;
+		served++;
+	}
+	assert_int_equal(served, N);
+	assert_true(b->asks >= 1);
+	assert_int_equal(dlshim_rows_epoch(r, 0, 42, 1, 2, N), 0);
+	/* A taken entry cannot be revoked, a revoked one cannot be taken. */
+	assert_int_equal(take(a, 1, 0), -1);
+	dlshim_rows_lease_free(r, a->l);
+	dlshim_rows_lease_free(r, b->l);
+	free(a);
+	free(b);
+	dlshim_rows_destroy(r);
+}
+
+/* The shared area is the client's to scribble on: a forged served row, a
+ * claim of a row out of range and a garbage state word never make the
+ * coordinator serve a row twice or map a row it did not lease. */
+static void test_lease_hostile_client(void **st)
+{
+	(void)st;
+	struct dlshim_rows *r = dlshim_rows_create();
+	struct sim s = {0};
+	struct client *c = client_new(r);
+	int64_t j0 = client_read(r, &s, c, 1, 0, 8); /* maps row 0 and fills 8 */
+	assert_true(j0 >= 0);
+	assert_true(c->shm.count == 8);
+	uint32_t real1 = c->shm.served[0];
+	c->shm.served[0] = (uint32_t)j0; /* forged: claims an already served row */
+	assert_int_equal(take(c, 1, 1), j0); /* what the client reads is its own affair */
+	atomic_store(&c->shm.state[1], DLSHIM_LEASE_TAKEN | (N + 5)); /* row out of range */
+	atomic_store(&c->shm.state[2], 12345);                         /* neither free nor taken */
+	/* The coordinator records its own leased row for request 1. */
+	assert_int_equal(ask(r, &s, 2, 1), real1);
+	assert_int_equal(dlshim_rows_consumed(r, 0, 42, 1, 2, N), 4);
+	dlshim_rows_lease_free(r, c->l);
+	assert_int_equal(dlshim_rows_leased(r, 0, 42, 1, 2, N), 0);
+	/* The rest of the epoch: the 96 other rows once each, the 3 spent ones never. */
+	struct client *d = client_new(r);
+	int seen[N] = {0};
+	seen[j0] = seen[real1] = 1;
+	int n = 2;
+	for (uint64_t i = 2; i < N; i++) {
+		int64_t j = client_read(r, &s, d, 1, i, 8);
+		if (j < 0)
+			break;
+		assert_int_equal(seen[j], 0);
+		seen[j] = 1;
+		n++;
+	}
+	assert_int_equal(n, N - 2); /* two rows were spent by the garbage entries */
+	dlshim_rows_lease_free(r, d->l);
+	free(c);
+	free(d);
+	dlshim_rows_destroy(r);
+}
+
+/* A new epoch takes back what leases still hold of the old one. */
+static void test_lease_epoch_rollover(void **st)
+{
+	(void)st;
+	struct dlshim_rows *r = dlshim_rows_create();
+	struct sim s = {0};
+	struct client *c = client_new(r);
+	for (uint64_t i = 0; i < N; i++)
+		assert_true(client_read(r, &s, c, 1, i, 16) >= 0);
+	assert_int_equal(dlshim_rows_leased(r, 0, 42, 1, 2, N), 0);
+	/* Next epoch: the lease is exhausted, the ask starts epoch 1 and refills. */
+	assert_true(client_read(r, &s, c, 1, 3, 16) >= 0);
+	assert_int_equal(dlshim_rows_epoch(r, 0, 42, 1, 2, N), 1);
+	assert_int_equal(dlshim_rows_leased(r, 0, 42, 1, 2, N), 16);
+	/* Another dataset re-asking a row after every row was consumed... is
+	 * not the case here; a re-ask by the same dataset of the same row is the
+	 * next epoch (rows asked once): leases of epoch 1 are revoked. */
+	for (uint64_t i = 0; i < N; i++)
+		if (i != 3)
+			assert_true(ask(r, &s, 1, i) >= 0);
+	assert_true(ask(r, &s, 1, 3) >= 0);
+	assert_int_equal(dlshim_rows_epoch(r, 0, 42, 1, 2, N), 2);
+	assert_int_equal(dlshim_rows_leased(r, 0, 42, 1, 2, N), 0);
+	assert_int_equal(take(c, 1, 7), -1); /* revoked */
+	dlshim_rows_lease_free(r, c->l);
+	free(c);
+	dlshim_rows_destroy(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -287,6 +510,11 @@ int main(void)
 		cmocka_unit_test(test_ahead),
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_chunk_ids),
+		cmocka_unit_test(test_lease_permutation_and_pairs),
+		cmocka_unit_test(test_lease_client_exit),
+		cmocka_unit_test(test_lease_revoked_when_needed),
+		cmocka_unit_test(test_lease_hostile_client),
+		cmocka_unit_test(test_lease_epoch_rollover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
