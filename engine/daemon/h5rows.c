@@ -4,6 +4,7 @@
  * consecutive rows. The serial HDF5 library is not thread-safe: every
  * HDF5 call holds h5_mu. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <hdf5.h>
 #include <stdlib.h>
@@ -178,6 +179,12 @@ static int load_rows(const char *path, const char *dset, const struct dlshim_msg
 	hid_t f = open_checked(path, m), d = -1, fs = -1, ms = -1, t = -1;
 	if (f < 0 || (d = H5Dopen2(f, dset, H5P_DEFAULT)) < 0 || (fs = H5Dget_space(d)) < 0 || (t = H5Dget_type(d)) < 0)
 		goto out;
+	/* A row chunk is one read at a random place: kernel read-ahead around
+	 * it would only bring in bytes of rows nobody asked for yet (in
+	 * bench-hdf5 with 64 KB rows, 300 MB of 940 MB read from the device). */
+	void *vfd = NULL;
+	if (H5Fget_vfd_handle(f, H5P_DEFAULT, &vfd) >= 0 && vfd)
+		posix_fadvise(*(int *)vfd, 0, 0, POSIX_FADV_RANDOM);
 	hsize_t dims[H5S_MAX_RANK], start[H5S_MAX_RANK] = {0}, cnt[H5S_MAX_RANK];
 	int nd = H5Sget_simple_extent_dims(fs, dims, NULL);
 	if (nd < 1 || dims[0] != m->nrows)
