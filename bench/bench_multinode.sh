@@ -125,22 +125,35 @@ start_cluster() { # name nodes prefetch: fresh coordinators, connected
 		for _ in $(seq 100); do [ -S "$T/${RUN}0/sock" ] && break; sleep 0.1; done
 	fi
 }
-run() { # name nodes prefetch -> $T/res_<name>.json
-	local name=$1 n=$2
-	start_cluster "$name" "$n" "$3"
+# timed_jobs NAME N LAUNCHER: caches dropped, then on each node i the
+# command `LAUNCHER NAME i N` at once; waits for all; T0/T1 bracket them.
+timed_jobs() {
+	local name=$1 n=$2 pids=() i p
 	sync
 	echo 3 >/proc/sys/vm/drop_caches || true
-	local t0 t1 pids=()
-	t0=$(date +%s.%N)
+	T0=$(date +%s.%N)
 	for i in $(seq 0 $((n - 1))); do
-		on_node $i "$n" env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=dir \
-			$PY tests/integration/mn_torch_job.py "$DS" "$T/manifest" "$T/out_$name$i.json" "$WORKERS" \
-			>"$T/job_$name$i.out" 2>&1 &
+		"$3" "$name" "$i" "$n" >"$T/job_$name$i.out" 2>&1 &
 		pids+=($!)
 	done
 	for p in "${pids[@]}"; do wait "$p" || fail "$name: a job failed ($(cat "$T"/job_$name*.out | tail -3))"; done
-	t1=$(date +%s.%N)
-	$PY - "$T" "$name" "$n" "$3" "$t0" "$t1" "$B/dlshim" <<'PYEOF'
+	T1=$(date +%s.%N)
+}
+loader_job() { # name i n: a DataLoader job reading the whole dataset, redirect dir
+	on_node "$2" "$3" env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=dir \
+		$PY tests/integration/mn_torch_job.py "$DS" "$T/manifest" "$T/out_$1$2.json" "$WORKERS"
+}
+ddp_rank() { # name i n: rank i of a DDP job with a rank per node (DDP_REDIRECT, DDP_SPAN)
+	on_node "$2" "$3" env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT="$DDP_REDIRECT" DLSHIM_JOB_SPAN="$DDP_SPAN" \
+		TORCHELASTIC_RUN_ID="b$1" WORLD_SIZE="$3" LOCAL_WORLD_SIZE=1 RANK="$2" \
+		MASTER_ADDR=10.231.9.1 MASTER_PORT=$((PORT + 50)) GLOO_SOCKET_IFNAME=eth0 \
+		$PY tests/integration/mn_ddp_job.py "$DS" "$T/manifest" "$T/out_$1$2.json" 1
+}
+run() { # name nodes prefetch -> $T/res_<name>.json
+	local name=$1 n=$2
+	start_cluster "$name" "$n" "$3"
+	timed_jobs "$name" "$n" loader_job
+	$PY - "$T" "$name" "$n" "$3" "$T0" "$T1" "$B/dlshim" <<'PYEOF'
 import collections, json, subprocess, sys
 t, name, n, k, t0, t1, cli = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), sys.argv[7]
 man = [l.split() for l in open(f"{t}/manifest")]
@@ -179,21 +192,8 @@ PYEOF
 ddp() { # name redirect span -> $T/res_<name>.json
 	local name=$1
 	start_cluster "$name" 3 "$K"
-	sync
-	echo 3 >/proc/sys/vm/drop_caches || true
-	local t0 t1 pids=()
-	t0=$(date +%s.%N)
-	for i in 0 1 2; do
-		on_node $i 3 env LD_PRELOAD="$B/libdlshim.so" DLSHIM_REDIRECT=$2 DLSHIM_JOB_SPAN=$3 \
-			TORCHELASTIC_RUN_ID="b$name" WORLD_SIZE=3 LOCAL_WORLD_SIZE=1 RANK=$i \
-			MASTER_ADDR=10.231.9.1 MASTER_PORT=$((PORT + 50)) GLOO_SOCKET_IFNAME=eth0 \
-			$PY tests/integration/mn_ddp_job.py "$DS" "$T/manifest" "$T/out_$name$i.json" 1 \
-			>"$T/job_$name$i.out" 2>&1 &
-		pids+=($!)
-	done
-	for p in "${pids[@]}"; do wait "$p" || fail "$name: a rank failed ($(cat "$T"/job_$name*.out | tail -3))"; done
-	t1=$(date +%s.%N)
-	$PY - "$T" "$name" "$2" "$3" "$t0" "$t1" "$B/dlshim" <<'PYEOF'
+	DDP_REDIRECT=$2 DDP_SPAN=$3 timed_jobs "$name" 3 ddp_rank
+	$PY - "$T" "$name" "$2" "$3" "$T0" "$T1" "$B/dlshim" <<'PYEOF'
 import collections, json, subprocess, sys
 t, name, mode, span, t0, t1, cli = sys.argv[1:8]
 man = [l.split() for l in open(f"{t}/manifest")]

@@ -14,6 +14,7 @@
 # Fails (never skips) without namespaces.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
+export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}" # the checks import mn_check
 REPO=$(cd "$HERE/../.." && pwd)
 B=${DLSHIM_BUILD:-$REPO/build}
 export B
@@ -198,9 +199,10 @@ for i in 0 1 2; do
 done
 sleep 0.3
 $PY - "$T" <<'PYEOF' || fail "phase 1: wrong bytes or counters"
-import json, os, subprocess, sys
+import json, sys
+import mn_check as mn
 t = sys.argv[1]
-man = [l.split() for l in open(f"{t}/manifest")]
+man = mn.manifest(t)
 bad = 0
 for i in range(3):
     out = json.load(open(f"{t}/out1_{i}.json"))
@@ -208,8 +210,7 @@ for i in range(3):
     if wrong:
         print(f"node {i}: {len(wrong)} files wrong, e.g. {wrong[:3]} -> {[out.get(w) for w in wrong[:3]]}")
         bad = 1
-    st = json.loads(subprocess.run(["env", f"DLSHIM_RUNTIME_DIR={t}/run{i}", os.environ["B"] + "/dlshim", "stats",
-                                    "--json"], capture_output=True, text=True).stdout)["peers"]
+    st = mn.stats(t, f"run{i}")["peers"]
     remote = [(rel, int(size)) for rel, sha, size, home in man if int(home) != i]
     r = st["remote"]
     print(f"node {i}: {len(man)} files correct; remote requests {r['requests']} ok {r['ok']} "
@@ -232,8 +233,9 @@ for i in 0 1; do
 done
 $PY - "$T" <<'PYEOF' || fail "phase 2: wrong bytes after a node died"
 import json, sys
+import mn_check as mn
 t = sys.argv[1]
-man = [l.split() for l in open(f"{t}/manifest")]
+man = mn.manifest(t)
 bad = 0
 for i in range(2):
     out = json.load(open(f"{t}/out2_{i}.json"))
@@ -270,13 +272,12 @@ redirect_run() { # name prefetch port-base [mode]
 	outputs_of "$1" 0 1 2
 	sleep 0.3
 	$PY - "$T" "$1" "$mode" <<'PYEOF' || fail "$1: wrong bytes, permutation or label groups"
-import collections, json, os, subprocess, sys
+import collections, json, sys
+import mn_check as mn
 t, name, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-man = [l.split() for l in open(f"{t}/manifest")]
-by_class = collections.defaultdict(dict)   # label group -> sha -> file
-group = (lambda rel: rel.split("/")[0]) if mode == "dir" else (lambda rel: "root")
-for rel, sha, size, home in man:
-    by_class[group(rel)][sha] = rel
+man = mn.manifest(t)
+group = mn.class_of if mode == "dir" else (lambda rel: "root")
+by_class = mn.by_group(man, group)   # label group -> sha -> file
 bad = 0
 tot = {"requests": 0, "hits": 0, "received": 0}
 for i in range(3):
@@ -299,8 +300,7 @@ for i in range(3):
         twice = [sha[:12] for sha in have if have[sha] > want[sha]]
         print(f"node {i}: {len(got)} samples; not served {missing[:5]}; served too often {twice[:5]}")
         bad = 1
-    st = json.loads(subprocess.run(["env", f"DLSHIM_RUNTIME_DIR={t}/{name}{i}", os.environ["B"] + "/dlshim", "stats",
-                                    "--json"], capture_output=True, text=True).stdout)["peers"]
+    st = mn.stats(t, f"{name}{i}")["peers"]
     r, p = st["remote"], st["prefetch"]
     redirected = sum(1 for rel, sha in got if by_class[group(rel)].get(sha) != rel)
     print(f"{name} node {i}: {len(got)} samples, a permutation of the {len(man)} files, {'classes' if mode == 'dir' else 'root group'} kept, "
@@ -328,8 +328,9 @@ sed 's| .*||; s|^|root/|' "$T/manifest" >"$T/list"
 FILELIST="$T/list" redirect_run rdlist 8 24700
 $PY - "$T" <<'PYEOF' || fail "rdlist: the listed remote files are not part of the redirect dataset"
 import json, sys
+import mn_check as mn
 c = json.load(open(f"{sys.argv[1]}/counts_rdlist"))
-man = [l.split() for l in open(f"{sys.argv[1]}/manifest")]
+man = mn.manifest(sys.argv[1])
 remote = sum(1 for i in range(3) for rel, sha, size, home in man if int(home) != i)
 print(f"rdlist: {c['requests']} remote requests for {remote} remote files, {c['hits']} prefetch hits")
 sys.exit(0 if c["requests"] < remote and c["hits"] > 0 else 1)
@@ -351,12 +352,11 @@ sleep 0.8
 kill -9 "$(cat "$T/pid2")"
 outputs_of rdkill 0 1
 $PY - "$T" <<'PYEOF' || fail "rdkill: wrong bytes or classes after node 2 died"
-import collections, json, os, subprocess, sys
+import collections, json, sys
+import mn_check as mn
 t = sys.argv[1]
-man = [l.split() for l in open(f"{t}/manifest")]
-by_class = collections.defaultdict(dict)
-for rel, sha, size, home in man:
-    by_class[rel.split("/")[0]][sha] = rel
+man = mn.manifest(t)
+by_class = mn.by_group(man)
 bad = 0
 for i in range(2):
     got = json.load(open(f"{t}/out_rdkill_{i}.json"))
@@ -377,8 +377,7 @@ for i in range(2):
     missing_live = [sha[:12] for sha in live if have[sha] < live[sha]]
     lost = sum(max(0, want[sha] - have[sha]) for sha in want if have[sha] >= live[sha])
     repeats = sum(have[sha] - want[sha] for sha in have if have[sha] > want[sha])
-    st = json.loads(subprocess.run(["env", f"DLSHIM_RUNTIME_DIR={t}/rdkill{i}", os.environ["B"] + "/dlshim", "stats",
-                                    "--json"], capture_output=True, text=True).stdout)
+    st = mn.stats(t, f"rdkill{i}")
     redecided = sum(j.get("redecided", 0) for j in st["jobs"])
     print(f"rdkill node {i}: {len(got)} samples, {ok} exact files of the class asked for, {err} errors (node 2 died); "
           f"{lost} files of node 2 never received, {repeats} received twice, live files missing {missing_live[:5]}; "
@@ -426,12 +425,11 @@ ddp_run() { # name span port-base
 	outputs_of "$1" 0 1 2
 	sleep 0.3
 	$PY - "$T" "$1" "$2" <<'PYEOF' || fail "$1: wrong bytes, epochs or label groups across the DDP ranks"
-import collections, json, os, subprocess, sys
+import collections, json, sys
+import mn_check as mn
 t, name, span = sys.argv[1:4]
-man = [l.split() for l in open(f"{t}/manifest")]
-by_class = collections.defaultdict(dict)
-for rel, sha, size, home in man:
-    by_class[rel.split("/")[0]][sha] = rel
+man = mn.manifest(t)
+by_class = mn.by_group(man)
 want = collections.Counter(sha for rel, sha, size, home in man)
 ranks = [json.load(open(f"{t}/out_{name}_{i}.json")) for i in range(3)]
 bad = wrong_epochs = 0
@@ -449,8 +447,7 @@ for ep in range(2):
     wrong_epochs += twice > 0 or missing > 0 or len(got) != len(man)
 claims = refused = 0
 for i in range(3):
-    st = json.loads(subprocess.run(["env", f"DLSHIM_RUNTIME_DIR={t}/{name}{i}", os.environ["B"] + "/dlshim", "stats",
-                                    "--json"], capture_output=True, text=True).stdout)
+    st = mn.stats(t, f"{name}{i}")
     job = [j for j in st["jobs"] if j["job"] == f"ddp-mn{name}"]
     c = st["peers"]["claims"]
     claims += c["asked_local"] + c["asked_remote"]
@@ -497,12 +494,11 @@ for i in 0 1; do
 done
 outputs_of ddpdead 0 1
 $PY - "$T" <<'PYEOF' || fail "ddpdead: wrong bytes, or the dead authority was not noticed"
-import collections, json, os, subprocess, sys
+import json, sys
+import mn_check as mn
 t = sys.argv[1]
-man = [l.split() for l in open(f"{t}/manifest")]
-by_class = collections.defaultdict(dict)
-for rel, sha, size, home in man:
-    by_class[rel.split("/")[0]][sha] = rel
+man = mn.manifest(t)
+by_class = mn.by_group(man)
 bad = unverified = n = 0
 for i in range(2):
     for rel, sha in json.load(open(f"{t}/out_ddpdead_{i}.json"))[0]:
@@ -510,8 +506,7 @@ for i in range(2):
         if by_class[rel.split("/")[0]].get(sha) is None:
             print(f"ddpdead: rank {i} asked {rel}, got bytes of no file of its class")
             bad = 1
-    st = json.loads(subprocess.run(["env", f"DLSHIM_RUNTIME_DIR={t}/ddpdead{i}", os.environ["B"] + "/dlshim", "stats",
-                                    "--json"], capture_output=True, text=True).stdout)
+    st = mn.stats(t, f"ddpdead{i}")
     unverified += st["peers"]["claims"]["unverified"]
 print(f"ddpdead: {n} samples over 2 ranks, each the bytes of a file of its class; {unverified} claims unverified "
       "(authority node 2 down)")
