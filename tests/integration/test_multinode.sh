@@ -279,7 +279,7 @@ man = mn.manifest(t)
 group = mn.class_of if mode == "dir" else (lambda rel: "root")
 by_class = mn.by_group(man, group)   # label group -> sha -> file
 bad = 0
-tot = {"requests": 0, "hits": 0, "received": 0}
+tot = {"requests": 0, "hits": 0, "received": 0, "from_disk": 0}
 for i in range(3):
     got = json.load(open(f"{t}/out_{name}_{i}.json"))
     served = collections.Counter()
@@ -311,6 +311,7 @@ for i in range(3):
     tot["requests"] += r["requests"]
     tot["hits"] += p["hits"]
     tot["received"] += p["received"]
+    tot["from_disk"] += st["served"]["prefetched_from_disk"]
 json.dump(tot, open(f"{t}/counts_{name}", "w"))
 sys.exit(bad)
 PYEOF
@@ -402,7 +403,11 @@ off = json.load(open(f"{sys.argv[1]}/counts_rdoff"))
 on = json.load(open(f"{sys.argv[1]}/counts_rdon"))
 print(f"remote requests: prefetch off {off['requests']}, on {on['requests']} "
       f"({off['requests'] / max(on['requests'], 1):.1f}x fewer); prefetch hits {on['hits']} of {on['received']} received")
-sys.exit(0 if on["requests"] < off["requests"] and on["hits"] > 0 and off["hits"] == 0 else 1)
+print(f"prefetched files a cold home read from disk with the wanted one: {on['from_disk']}")
+# Fresh coordinators: the homes are cold at first, so some candidates must
+# have been read along with a wanted file (redox's chunk refill).
+sys.exit(0 if on["requests"] < off["requests"] and on["hits"] > 0 and off["hits"] == 0 and on["from_disk"] > 0
+         else 1)
 PYEOF
 fi
 
