@@ -96,6 +96,8 @@ PYEOF
 		cg_run "$cg" env "${env_args[@]}" $PY bench/h5_job.py "$file" "$EPOCHS" "$WORKERS" "$rep"
 		t1=$(date +%s%N)
 		total=$(cg_read_bytes "$cg" "$dev")
+		cpu=$(cg_cpu_seconds "$cg")
+		coord_cpu=$(coordinator_cpu_seconds "$cg")
 		[ "$var" = plain ] || [ "$var" = floor ] || DLSHIM_RUNTIME_DIR=$rt "$BUILD/dlshim" stop >/dev/null 2>&1 || true
 		cg_destroy "$cg"
 		trap '[ -z "$loopdev" ] || { umount "$WORK"; losetup -d "$loopdev"; }' EXIT
@@ -103,9 +105,9 @@ PYEOF
 		first=0
 		shim_stats=null
 		[ -s "$stats" ] && shim_stats=$(cat "$stats")
-		printf '{"row_kb": %s, "rows": %s, "file_bytes": %s, "cache_bytes": %s, "variant": "%s", "wall_s": %s, "device_bytes": %s, "job": %s, "shim": %s}\n' \
+		printf '{"row_kb": %s, "rows": %s, "file_bytes": %s, "cache_bytes": %s, "variant": "%s", "wall_s": %s, "device_bytes": %s, "cpu_s": %s, "coordinator_cpu_s": %s, "job": %s, "shim": %s}\n' \
 			"$kb" "$rows" "$fbytes" "$cache" "$var" "$(( (t1 - t0) / 1000000000 )).$(printf %03d $(( (t1 - t0) / 1000000 % 1000 )))" \
-			"$total" "$(cat "$rep")" "$shim_stats" >>"$results.tmp"
+			"$total" "$cpu" "$coord_cpu" "$(cat "$rep")" "$shim_stats" >>"$results.tmp"
 		rm -rf "$rt" "$rep" "$stats"
 	done
 done

@@ -10,6 +10,10 @@
 
 CG_BLKIO=/sys/fs/cgroup/blkio
 CG_MEM=/sys/fs/cgroup/memory
+# CPU accounting, where the controller is there: a run's CPU seconds (the
+# job, its workers and the coordinator together) tell a CPU-bound run from
+# one that waits.
+CG_CPU=/sys/fs/cgroup/cpuacct
 
 # dev_of PATH: MAJ:MIN of the whole disk holding PATH.
 dev_of() {
@@ -36,6 +40,7 @@ cg_create() {
 	echo "$dev $bps" >"$CG_BLKIO/$name/blkio.throttle.read_bps_device"
 	echo "$dev $iops" >"$CG_BLKIO/$name/blkio.throttle.read_iops_device"
 	echo "$mem" >"$CG_MEM/$name/memory.limit_in_bytes"
+	[ ! -w "$CG_CPU" ] || mkdir -p "$CG_CPU/$name"
 }
 
 cg_destroy() {
@@ -45,14 +50,39 @@ cg_destroy() {
 	done
 	sleep 0.2
 	rmdir "$CG_BLKIO/$name" "$CG_MEM/$name" 2>/dev/null || true
+	[ ! -d "$CG_CPU/$name" ] || rmdir "$CG_CPU/$name" 2>/dev/null || true
 }
 
 # cg_run NAME CMD...: run CMD inside the groups (the shell joins them first).
 cg_run() {
 	local name=$1
 	shift
-	sh -c 'echo $$ >"$1/cgroup.procs" && echo $$ >"$2/cgroup.procs" && shift 2 && exec "$@"' \
-		sh "$CG_BLKIO/$name" "$CG_MEM/$name" "$@"
+	sh -c 'echo $$ >"$1/cgroup.procs" && echo $$ >"$2/cgroup.procs" &&
+		{ [ ! -d "$3" ] || echo $$ >"$3/cgroup.procs"; } && shift 3 && exec "$@"' \
+		sh "$CG_BLKIO/$name" "$CG_MEM/$name" "$CG_CPU/$name" "$@"
+}
+
+# coordinator_cpu_seconds NAME: CPU seconds of the group's coordinator
+# (dlshimd, still running after the job), "null" when there is none.
+coordinator_cpu_seconds() {
+	local p
+	for p in $(cat "$CG_MEM/$1/cgroup.procs" 2>/dev/null); do
+		if [ "$(cat "/proc/$p/comm" 2>/dev/null)" = dlshimd ]; then
+			awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / hz }' "/proc/$p/stat"
+			return
+		fi
+	done
+	echo null
+}
+
+# cg_cpu_seconds NAME: CPU seconds used by the group so far ("null" without
+# the cpuacct controller).
+cg_cpu_seconds() {
+	if [ -r "$CG_CPU/$1/cpuacct.usage" ]; then
+		awk '{ printf "%.3f", $1 / 1e9 }' "$CG_CPU/$1/cpuacct.usage"
+	else
+		echo null
+	fi
 }
 
 # cg_read_bytes NAME DEV: bytes read from DEV by the group so far.
