@@ -189,7 +189,7 @@ void dsa_load_ahead(struct dlshim_engine *e, struct job *jb, struct group *g, st
 		struct item *x = &e->items[it];
 		if (x->state != ITEM_ABSENT || x->path == NULL || x->refcnt == 0)
 			continue;
-		if (bytes + x->size > budget || eng_start_load(e, jb, it) < 0)
+		if (bytes + x->size > budget || eng_start_load(e, jb, it, 0) < 0)
 			break;
 		bytes += x->size;
 		res->load_item[res->nload] = it;

@@ -501,7 +501,7 @@ static void item_evict(struct dlshim_engine *e, uint32_t it)
 	x->slot = NONE;
 	x->state = ITEM_ABSENT;
 	eng_group_res_del(e, it);
-	if (x->refcnt > 0) /* read from disk for nothing: some live job still needed it */
+	if (eng_evict_key(x) > 0) /* read from disk for nothing: some live job still needed it */
 		e->cs.waste_bytes += x->size;
 	e->cs.evictions++;
 	e->cs.items_resident--;
@@ -528,14 +528,17 @@ static void item_drop_slot(struct dlshim_engine *e, uint32_t it)
 		e->sp[s].item = NONE;
 }
 
-static int slot_alloc(struct dlshim_engine *e, struct job *jb, uint64_t size, uint32_t *out)
+/* Room for `size` bytes, evicting as the policy says; with `spare`, only
+ * items no job needs any more (a load ahead of demand must not push out
+ * what is yet to be read). */
+static int slot_alloc(struct dlshim_engine *e, struct job *jb, uint64_t size, int spare, uint32_t *out)
 {
 	uint64_t nb = (size + DLSHIM_BLOCK_SIZE - 1) / DLSHIM_BLOCK_SIZE;
 	if (nb > e->nblocks)
 		return -1;
 	while (e->nfree_blocks < nb || e->nfree_slots == 0) {
 		uint32_t v = evict_victim(&e->ev);
-		if (v == NONE)
+		if (v == NONE || (spare && eng_evict_key(&e->items[v]) > 0))
 			return -1;
 		item_evict(e, v);
 		if (jb)
@@ -633,6 +636,7 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 		return;
 	struct job *jb = &e->jobs[j];
 	int retry = flags & DLSHIM_OPEN_F_RETRY, ahead = (flags & DLSHIM_OPEN_F_AHEAD) != 0;
+	int held = (flags & DLSHIM_OPEN_F_HELD) != 0;
 	if (!retry && !ahead)
 		jb->st.requests++;
 	uint32_t it = eng_item_get(e, id);
@@ -655,7 +659,7 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 		redirect_open(e, j, it, flags, res);
 		return;
 	}
-	if (!retry) {
+	if (!retry && !held) {
 		eng_job_need(e, jb, it);
 		if (!ahead)
 			eng_job_consume(e, jb, it, it);
@@ -675,7 +679,7 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 		eng_hit(e, jb, it, res);
 		return;
 	}
-	if (eng_start_load(e, jb, it) < 0) {
+	if (eng_start_load(e, jb, it, (flags & DLSHIM_OPEN_F_SPARE) != 0) < 0) {
 		jb->st.passthrough += !ahead;
 		return;
 	}
@@ -689,14 +693,17 @@ void dlshim_engine_open(struct dlshim_engine *e, int j, const struct dlshim_file
 
 /* Allocate a slot for `it`, mark it loading and pin it for the loader.
  * -1 when it is too big or nothing can be evicted. */
-int eng_start_load(struct dlshim_engine *e, struct job *jb, uint32_t it)
+int eng_start_load(struct dlshim_engine *e, struct job *jb, uint32_t it, int spare)
 {
 	struct item *x = &e->items[it];
 	uint32_t s;
 	if (x->size > e->max_item_bytes)
 		return -1;
-	if (slot_alloc(e, jb, x->size, &s)) {
-		e->cs.alloc_failures++;
+	if (slot_alloc(e, jb, x->size, spare, &s)) {
+		if (spare)
+			e->cs.spare_refused++;
+		else
+			e->cs.alloc_failures++;
 		return -1;
 	}
 	struct dlshim_shm_slot *sl = &e->slots[s];
@@ -843,6 +850,24 @@ void dlshim_engine_cache_stats(struct dlshim_engine *e, struct dlshim_cache_stat
 uint32_t dlshim_engine_item_refcnt(struct dlshim_engine *e, uint32_t it)
 {
 	return it < e->nitems ? e->items[it].refcnt : 0;
+}
+uint32_t dlshim_engine_item_holds(struct dlshim_engine *e, uint32_t it)
+{
+	return it < e->nitems ? e->items[it].holds : 0;
+}
+
+int dlshim_engine_item_hold(struct dlshim_engine *e, uint64_t dev, uint64_t ino, int delta)
+{
+	uint32_t it = item_lookup(e, dev, ino);
+	if (it == NONE)
+		return 0;
+	struct item *x = &e->items[it];
+	if (delta < 0 && x->holds < (uint32_t)-delta)
+		x->holds = 0;
+	else
+		x->holds += (uint32_t)delta;
+	evict_recount(&e->ev, it, eng_evict_key(x));
+	return 1;
 }
 int dlshim_engine_item_resident(struct dlshim_engine *e, uint32_t it)
 {

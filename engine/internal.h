@@ -27,6 +27,7 @@ struct item {
 	uint32_t gres_pos[2]; /* position in that group's resident list, NONE if absent */
 	uint32_t ext;      /* hash of the name extension */
 	uint32_t dsa_pending; /* queued for jobs by shared samplers, not yet read */
+	uint32_t holds;    /* row mappings whose epoch still has unused rows here (HDF5 row chunks) */
 	uint8_t state;
 	uint8_t hidden;    /* name starts with '.': never a redirect target */
 	char *path;        /* NULL unless declared by a scan */
@@ -145,8 +146,9 @@ struct job;
 #define GKIND(jb) ((jb)->mode == DLSHIM_REDIRECT_DIR ? GK_DIR : GK_ROOT)
 
 /* RefCnt's key: live jobs that still need the item this epoch, plus the
- * jobs that already drew it and will read it soon (shared sampling). */
-static inline uint32_t eng_evict_key(const struct item *x) { return x->refcnt + x->dsa_pending; }
+ * jobs that already drew it and will read it soon (shared sampling), plus
+ * the row mappings that will still serve rows of it (HDF5 redirect). */
+static inline uint32_t eng_evict_key(const struct item *x) { return x->refcnt + x->dsa_pending + x->holds; }
 
 static inline int bit_get(const uint64_t *b, uint32_t i) { return (b[i / 64] >> (i % 64)) & 1; }
 static inline void bit_set(uint64_t *b, uint32_t i) { b[i / 64] |= 1ULL << (i % 64); }
@@ -159,7 +161,7 @@ void eng_job_consume(struct dlshim_engine *e, struct job *jb, uint32_t req, uint
 /* Another node of the job consumed `it` (redirect modes): consumed here
  * too, without the order and byte accounting of a file served here. */
 void eng_job_consume_elsewhere(struct dlshim_engine *e, struct job *jb, uint32_t it);
-int eng_start_load(struct dlshim_engine *e, struct job *jb, uint32_t it);
+int eng_start_load(struct dlshim_engine *e, struct job *jb, uint32_t it, int spare);
 void eng_pin(struct dlshim_engine *e, uint32_t slot);
 void eng_hit(struct dlshim_engine *e, struct job *jb, uint32_t it, struct dlshim_open_result *res);
 void eng_group_res_add(struct dlshim_engine *e, uint32_t it);

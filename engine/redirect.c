@@ -413,7 +413,7 @@ static int try_load(struct dlshim_engine *e, struct job *jb, uint32_t it, struct
 		return 0;
 	if (res->nload > 0 && *bytes + x->size > budget)
 		return -1;
-	if (eng_start_load(e, jb, it) < 0)
+	if (eng_start_load(e, jb, it, 0) < 0)
 		return -1; /* cache full of pinned items: load what fits */
 	res->load_item[res->nload] = it;
 	res->load_slot[res->nload] = x->slot;
@@ -481,7 +481,7 @@ static void serve(struct dlshim_engine *e, struct job *jb, uint32_t served, int 
 		jb->st.waits++;
 		return;
 	}
-	if (x->state != ITEM_LOADING && x->path && eng_start_load(e, jb, served) == 0) {
+	if (x->state != ITEM_LOADING && x->path && eng_start_load(e, jb, served, 0) == 0) {
 		res->kind = DLSHIM_OPEN_LOAD_CHUNK;
 		res->nload = 1;
 		res->load_item[0] = served;
@@ -731,7 +731,7 @@ uint32_t dlshim_engine_group_absent(struct dlshim_engine *e, int j, uint32_t req
 		struct item *x = &e->items[it];
 		if (it == req || x->state != ITEM_ABSENT || x->path == NULL || !candidate(jb, rq, x, it) || !want(ctx, it))
 			continue;
-		if (bytes + x->size > budget || eng_start_load(e, jb, it) < 0)
+		if (bytes + x->size > budget || eng_start_load(e, jb, it, 0) < 0)
 			break;
 		bytes += x->size;
 		items[n] = it;

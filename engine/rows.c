@@ -2,7 +2,10 @@
  * (include/dlshim/rows.h). The mapping follows redox's local protocol at
  * row granularity: serve the requested row if it is resident and unused,
  * else any resident unused row, else the requested row (loading its chunk
- * brings its neighbours in for the next requests). */
+ * brings its neighbours in for the next requests). A mapping holds every
+ * chunk that still has unused rows in its epoch (the caller's hold
+ * function, the cache's RefCnt), so rows resident at an epoch's end stay
+ * until the next epoch has served them. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +49,15 @@ struct dset_req {
 	uint64_t nasked;
 };
 
+/* The row chunk items of one dataset of the file that a mapping holds:
+ * those with rows it has not served this epoch. */
+struct hbind {
+	uint64_t dset, k;         /* dataset name hash, rows per chunk */
+	int64_t mtime;            /* file version */
+	uint32_t *unused;         /* per chunk: rows not served this epoch (leased ones too) */
+	uint8_t *held;            /* per chunk: we hold its item */
+};
+
 struct rmap {
 	int job;
 	uint64_t job_key, dev, ino, n;
@@ -58,6 +70,8 @@ struct rmap {
 	uint64_t nleased;         /* rows out in leases */
 	int ndsets;
 	struct dset_req d[MAX_DSETS];
+	int nb;
+	struct hbind b[MAX_DSETS];
 };
 
 /* The coordinator's own record of a lease: what it handed out is taken
@@ -76,6 +90,8 @@ struct dlshim_rows {
 	uint64_t epochs;          /* epochs started, all maps together */
 	struct dlshim_rows_lease **l;
 	size_t nl, lcap;
+	dlshim_rows_hold_fn hold;
+	void *hold_ctx;
 };
 
 static int bit(const uint8_t *b, uint64_t i) { return (b[i >> 3] >> (i & 7)) & 1; }
@@ -92,6 +108,72 @@ static void rmap_free(struct rmap *m)
 	free(m->used);
 	free(m->to);
 	free(m);
+}
+
+void dlshim_rows_set_hold(struct dlshim_rows *r, dlshim_rows_hold_fn fn, void *ctx)
+{
+	r->hold = fn;
+	r->hold_ctx = ctx;
+}
+
+static uint64_t bchunks(const struct rmap *m, const struct hbind *b) { return (m->n + b->k - 1) / b->k; }
+
+static uint32_t chunk_len(const struct rmap *m, const struct hbind *b, uint64_t c)
+{
+	uint64_t first = c * b->k;
+	return (uint32_t)(m->n - first < b->k ? m->n - first : b->k);
+}
+
+/* Hold chunk c while some row of it is unused this epoch, else let go. */
+static void bsync(struct dlshim_rows *r, const struct rmap *m, struct hbind *b, uint64_t c)
+{
+	int want = b->unused[c] > 0, have = bit(b->held, c);
+	if (r->hold == NULL || want == have)
+		return;
+	struct dlshim_file_id id;
+	dlshim_rows_chunk_id(m->dev, m->ino, b->mtime, b->dset, b->k, c, 0, &id);
+	if (want) {
+		if (r->hold(r->hold_ctx, &id, +1))
+			set_bit(b->held, c);
+	} else {
+		r->hold(r->hold_ctx, &id, -1);
+		clear_bit(b->held, c);
+	}
+}
+
+/* Give back a binding's holds and forget it. */
+static void unbind(struct dlshim_rows *r, const struct rmap *m, struct hbind *b)
+{
+	for (uint64_t c = 0; b->held && c < bchunks(m, b); c++)
+		if (bit(b->held, c)) {
+			struct dlshim_file_id id;
+			dlshim_rows_chunk_id(m->dev, m->ino, b->mtime, b->dset, b->k, c, 0, &id);
+			if (r->hold)
+				r->hold(r->hold_ctx, &id, -1);
+		}
+	free(b->unused);
+	free(b->held);
+	memset(b, 0, sizeof(*b));
+}
+
+static void unbind_all(struct dlshim_rows *r, struct rmap *m)
+{
+	for (int i = 0; i < m->nb; i++)
+		unbind(r, m, &m->b[i]);
+	m->nb = 0;
+}
+
+/* Row j of the epoch is served (the client has it or had it), so its
+ * chunks need it no more: they may change hands. A leased row still needs
+ * its chunk until the client takes it. */
+static void row_spent(struct dlshim_rows *r, struct rmap *m, uint64_t j)
+{
+	for (int i = 0; i < m->nb; i++) {
+		struct hbind *b = &m->b[i];
+		uint64_t c = j / b->k;
+		if (b->unused[c] > 0 && --b->unused[c] == 0)
+			bsync(r, m, b, c);
+	}
 }
 
 void dlshim_rows_destroy(struct dlshim_rows *r)
@@ -114,6 +196,7 @@ void dlshim_rows_job_end(struct dlshim_rows *r, int job)
 			for (size_t k = 0; k < r->nl; k++)
 				if (r->l[k]->m == r->m[i])
 					r->l[k]->m = NULL;
+			unbind_all(r, r->m[i]);
 			rmap_free(r->m[i]);
 			r->m[i] = r->m[--r->n];
 		} else {
@@ -180,7 +263,7 @@ static struct dset_req *dset(struct rmap *m, uint64_t key)
 	return d;
 }
 
-static void new_epoch(struct rmap *m)
+static void new_epoch(struct dlshim_rows *r, struct rmap *m)
 {
 	size_t bytes = (m->n + 7) / 8;
 	memset(m->used, 0, bytes);
@@ -192,6 +275,13 @@ static void new_epoch(struct rmap *m)
 	m->nmapped = 0;
 	m->nconsumed = 0;
 	m->epoch++;
+	for (int i = 0; i < m->nb; i++) { /* every row is needed again */
+		struct hbind *b = &m->b[i];
+		for (uint64_t c = 0; c < bchunks(m, b); c++) {
+			b->unused[c] = chunk_len(m, b, c);
+			bsync(r, m, b, c);
+		}
+	}
 }
 
 /* First unused row in [first, first + len), or -1. */
@@ -255,7 +345,7 @@ static void record(struct rmap *m, uint64_t key, uint64_t row)
 /* Look at a lease's outstanding entries: taken ones become mappings; with
  * `revoke` the others are given back to the epoch (a client's swap after
  * ours fails, so it never serves them). */
-static void settle(struct dlshim_rows_lease *l, int revoke)
+static void settle(struct dlshim_rows *r, struct dlshim_rows_lease *l, int revoke)
 {
 	struct rmap *m = l->m;
 	for (uint32_t t = 0; t < l->n; t++) {
@@ -267,7 +357,7 @@ static void settle(struct dlshim_rows_lease *l, int revoke)
 			if (atomic_compare_exchange_strong(&l->shm->state[t], &zero, DLSHIM_LEASE_REVOKED)) {
 				l->out[t] = 0;
 				if (m) {
-					clear_bit(m->used, l->served[t]);
+					clear_bit(m->used, l->served[t]); /* unused again; its chunk held all along */
 					m->nleased--;
 				}
 				continue;
@@ -281,6 +371,7 @@ static void settle(struct dlshim_rows_lease *l, int revoke)
 			continue;
 		m->nleased--;
 		uint64_t served = l->served[t], row = v & ~DLSHIM_LEASE_TAKEN;
+		row_spent(r, m, served);
 		if (!(v & DLSHIM_LEASE_TAKEN) || row >= m->n) {
 			m->nconsumed++; /* not a claim we understand: the row is spent, never reused */
 			continue;
@@ -301,7 +392,63 @@ static void settle_all(struct dlshim_rows *r, struct rmap *m, const struct dlshi
 {
 	for (size_t i = 0; i < r->nl; i++)
 		if (r->l[i]->m == m && r->l[i] != except)
-			settle(r->l[i], revoke);
+			settle(r, r->l[i], revoke);
+}
+
+void dlshim_rows_bind(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino, uint64_t nrows,
+		      int64_t mtime_ns, uint64_t dset_hash, uint64_t chunk_rows)
+{
+	if (r == NULL || nrows == 0 || nrows >= UNMAPPED || chunk_rows == 0)
+		return;
+	struct rmap *m = get(r, job, job_key, dev, ino, nrows);
+	if (m == NULL)
+		return;
+	struct hbind *b = NULL;
+	for (int i = 0; i < m->nb && b == NULL; i++)
+		if (m->b[i].dset == dset_hash)
+			b = &m->b[i];
+	if (b && b->mtime == mtime_ns && b->k == chunk_rows)
+		return;
+	if (b)
+		unbind(r, m, b); /* another file version or chunking: other items */
+	else if (m->nb < MAX_DSETS)
+		b = &m->b[m->nb++];
+	else
+		return;
+	uint64_t nch = (nrows + chunk_rows - 1) / chunk_rows;
+	b->unused = calloc(nch, sizeof(uint32_t));
+	b->held = calloc((nch + 7) / 8, 1);
+	b->dset = dset_hash;
+	b->k = chunk_rows;
+	b->mtime = mtime_ns;
+	if (b->unused == NULL || b->held == NULL) {
+		unbind(r, m, b); /* no memory: this dataset's chunks are not held */
+		*b = m->b[--m->nb];
+		return;
+	}
+	for (uint64_t j = 0; j < nrows; j++)
+		b->unused[j / chunk_rows] += !bit(m->used, j);
+	for (size_t i = 0; i < r->nl; i++) /* rows out in leases are not served yet */
+		for (uint32_t t = 0; r->l[i]->m == m && t < r->l[i]->n; t++)
+			b->unused[r->l[i]->served[t] / chunk_rows] += r->l[i]->out[t];
+	for (uint64_t c = 0; c < nch; c++)
+		bsync(r, m, b, c);
+}
+
+void dlshim_rows_chunk_cached(struct dlshim_rows *r, uint64_t dev, uint64_t ino, uint64_t nrows, int64_t mtime_ns,
+			      uint64_t dset_hash, uint64_t chunk_rows, uint64_t chunk)
+{
+	for (size_t i = 0; r && i < r->n; i++) {
+		struct rmap *m = r->m[i];
+		if (m->dev != dev || m->ino != ino || m->n != nrows)
+			continue;
+		for (int k = 0; k < m->nb; k++) {
+			struct hbind *b = &m->b[k];
+			if (b->dset == dset_hash && b->k == chunk_rows && b->mtime == mtime_ns && b->held &&
+			    chunk < bchunks(m, b))
+				bsync(r, m, b, chunk);
+		}
+	}
 }
 
 int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
@@ -326,7 +473,7 @@ int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64
 		if (d->nasked < m->n && m->nconsumed < m->n && m->to[row] != UNMAPPED)
 			return m->to[row];
 		settle_all(r, m, NULL, 1); /* what was leased and not taken belongs to the old epoch */
-		new_epoch(m);
+		new_epoch(r, m);
 		r->epochs++;
 	}
 	set_bit(d->asked, row);
@@ -341,6 +488,7 @@ int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64
 	if (j < 0)
 		return -1;
 	set_bit(m->used, (uint64_t)j);
+	row_spent(r, m, (uint64_t)j);
 	m->to[row] = (uint32_t)j;
 	m->nmapped++;
 	m->nconsumed++;
@@ -402,7 +550,7 @@ void dlshim_rows_lease_free(struct dlshim_rows *r, struct dlshim_rows_lease *l)
 {
 	if (r == NULL || l == NULL)
 		return;
-	settle(l, 1);
+	settle(r, l, 1);
 	for (size_t i = 0; i < r->nl; i++)
 		if (r->l[i] == l) {
 			r->l[i] = r->l[--r->nl];
@@ -418,7 +566,7 @@ uint32_t dlshim_rows_lease_fill(struct dlshim_rows *r, struct dlshim_rows_lease 
 	*ahead = -1;
 	if (r == NULL || l == NULL)
 		return 0;
-	settle(l, 1);
+	settle(r, l, 1);
 	l->m = NULL;
 	l->shm->count = 0;
 	if (nrows >= UNMAPPED || chunk_rows == 0)
@@ -437,7 +585,7 @@ uint32_t dlshim_rows_lease_fill(struct dlshim_rows *r, struct dlshim_rows_lease 
 		int64_t j = choose(m, UINT64_MAX, chunk_rows, 0, resident, ctx);
 		if (j < 0)
 			break;
-		set_bit(m->used, (uint64_t)j);
+		set_bit(m->used, (uint64_t)j); /* its chunk stays held until taken */
 		m->cursor = (uint64_t)j;
 		m->nleased++;
 		l->served[n] = (uint32_t)j;

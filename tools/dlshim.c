@@ -776,6 +776,7 @@ static const struct metric cache_metrics[] = {
 	{"dlshim_cache_evictions_total", "counter", "evictions", "Files evicted from the cache."},
 	{"dlshim_cache_stale_reloads_total", "counter", "stale_reloads", "Files reloaded because they changed on disk."},
 	{"dlshim_cache_alloc_failures_total", "counter", "alloc_failures", "Loads that found no room in the cache."},
+	{"dlshim_cache_spare_refused_total", "counter", "spare_refused", "Loads ahead not done: only items still needed could have been evicted."},
 	{"dlshim_cache_waste_bytes_total", "counter", "waste_bytes", "Bytes loaded, then evicted while a live job still needed them."},
 	{"dlshim_cache_chunk_files", "gauge", "chunk_files", "Files per physical chunk in redirect modes."},
 };

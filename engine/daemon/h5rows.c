@@ -270,14 +270,30 @@ static int chunk_resident(void *ctx, uint64_t first, uint64_t n)
 	       (dlshim_engine_item_resident(D.eng, it) || dlshim_engine_item_loading(D.eng, it));
 }
 
+/* Called under D.mu by the row mappings: their holds are part of the
+ * chunk item's RefCnt key. */
+static int chunk_hold(void *ctx, const struct dlshim_file_id *id, int delta)
+{
+	(void)ctx;
+	return dlshim_engine_item_hold(D.eng, id->dev, id->ino, delta);
+}
+
 /* Open row chunk [first, first + count) for `job`, loading it (or waiting
  * for its load) as needed. Called and returns with D.mu held; res->kind is
- * HIT (pinned) or PASS. */
+ * HIT (pinned) or PASS. A redirect job's chunks are needed by its
+ * mappings' holds (DLSHIM_OPEN_F_HELD), not by opens; a chunk new to the
+ * cache is held by the mappings that need it before anything can evict
+ * it. `k`: rows per chunk of the dataset. */
 static void open_chunk(int job, const struct dlshim_msg_rows *m, const char *path, const char *dset,
-		       const struct dlshim_file_id *id, uint64_t first, uint64_t count, unsigned flags,
+		       const struct dlshim_file_id *id, uint64_t first, uint64_t count, uint64_t k, unsigned flags,
 		       struct dlshim_open_result *res)
 {
+	if (m->redirect == DLSHIM_REDIRECT_ANY)
+		flags |= DLSHIM_OPEN_F_HELD;
 	daemon_engine_open(job, id, flags, res);
+	if (res->kind == DLSHIM_OPEN_LOAD && (flags & DLSHIM_OPEN_F_HELD))
+		dlshim_rows_chunk_cached(rows, m->dev, m->ino, m->nrows, m->mtime_ns, dlshim_rows_name_hash(dset), k,
+					 first / k);
 	if (res->kind == DLSHIM_OPEN_LOAD) {
 		pthread_mutex_unlock(&D.mu);
 		int ok = load_rows(path, dset, m, first, count, res->slot) == 0;
@@ -297,6 +313,7 @@ static atomic_int ahead_busy;
 struct ahead {
 	int job;
 	struct dlshim_msg_rows m;
+	uint64_t k;
 	struct dlshim_file_id id;
 	uint64_t first, count;
 	char *path, *dset;
@@ -307,7 +324,8 @@ static void *ahead_main(void *arg)
 	struct ahead *a = arg;
 	struct dlshim_open_result res;
 	pthread_mutex_lock(&D.mu);
-	open_chunk(a->job, &a->m, a->path, a->dset, &a->id, a->first, a->count, DLSHIM_OPEN_F_AHEAD, &res);
+	open_chunk(a->job, &a->m, a->path, a->dset, &a->id, a->first, a->count, a->k,
+		   DLSHIM_OPEN_F_AHEAD | DLSHIM_OPEN_F_SPARE, &res);
 	if (res.kind == DLSHIM_OPEN_HIT)
 		dlshim_engine_release(D.eng, a->job, res.slot, res.gen, 0, 0); /* nothing copied */
 	pthread_mutex_unlock(&D.mu);
@@ -330,6 +348,7 @@ static void ahead_start(int job, const struct dlshim_msg_rows *m, const char *pa
 	if (a && (a->path = strdup(path)) && (a->dset = strdup(dset)) && pthread_attr_init(&at) == 0) {
 		a->job = job;
 		a->m = *m;
+		a->k = p->chunk_rows;
 		a->first = chunk * p->chunk_rows;
 		a->count = m->nrows - a->first < p->chunk_rows ? m->nrows - a->first : p->chunk_rows;
 		dlshim_rows_chunk_id(m->dev, m->ino, m->mtime_ns, p->dset_hash, p->chunk_rows, chunk,
@@ -411,13 +430,18 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 	if (m->redirect == DLSHIM_REDIRECT_ANY)
 		primary(&p, &rc.dset_hash, &rc.k);
 	pthread_mutex_lock(&D.mu);
-	if (rows == NULL)
-		rows = dlshim_rows_create();
+	if (rows == NULL && (rows = dlshim_rows_create()) != NULL)
+		dlshim_rows_set_hold(rows, chunk_hold, NULL);
 	const char *jn = dlshim_engine_job_name(D.eng, job);
 	uint64_t jk = dlshim_rows_name_hash(jn ? jn : "");
 	int64_t j = -1;
 	if (redirect) {
 		uint64_t e0 = dlshim_rows_epochs_started(rows);
+		/* This dataset's chunks, and the primary's, are held while
+		 * the epoch has rows of them to serve. */
+		dlshim_rows_bind(rows, job, jk, m->dev, m->ino, m->nrows, m->mtime_ns, p.dset_hash, k);
+		if (rc.dset_hash != p.dset_hash)
+			dlshim_rows_bind(rows, job, jk, m->dev, m->ino, m->nrows, m->mtime_ns, rc.dset_hash, rc.k);
 		j = dlshim_rows_map(rows, job, jk, m->dev, m->ino, m->nrows, p.dset_hash, m->row, rc.k, chunk_resident,
 				    &rc);
 		/* Published before any mapping of the new epoch leaves: clients
@@ -442,7 +466,7 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 		pthread_mutex_unlock(&D.mu);
 		return;
 	}
-	open_chunk(job, m, path, dset, &id, first, count, 0, res);
+	open_chunk(job, m, path, dset, &id, first, count, k, 0, res);
 	/* The next rows this client will serve, decided now (after the served
 	 * row's chunk is in, so they come from it first): it takes them from
 	 * shared memory without asking. */

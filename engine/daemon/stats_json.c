@@ -106,12 +106,12 @@ size_t stats_json(char *buf, size_t cap, int job)
 	put(&o,
 	    " \"cache\":{\"capacity_bytes\":%llu,\"used_bytes\":%llu,\"items_resident\":%llu,\"items_pinned\":%llu,"
 	    "\"items_known\":%llu,\"loads\":%llu,\"evictions\":%llu,\"stale_reloads\":%llu,\"alloc_failures\":%llu,"
-	    "\"waste_bytes\":%llu,\"chunk_files\":%u},\n",
+	    "\"spare_refused\":%llu,\"waste_bytes\":%llu,\"chunk_files\":%u},\n",
 	    (unsigned long long)cs.capacity_bytes, (unsigned long long)cs.used_bytes,
 	    (unsigned long long)cs.items_resident, (unsigned long long)cs.items_pinned,
 	    (unsigned long long)cs.items_known, (unsigned long long)cs.loads, (unsigned long long)cs.evictions,
 	    (unsigned long long)cs.stale_reloads, (unsigned long long)cs.alloc_failures,
-	    (unsigned long long)cs.waste_bytes, cs.chunk_files);
+	    (unsigned long long)cs.spare_refused, (unsigned long long)cs.waste_bytes, cs.chunk_files);
 	struct extent_read_stats xs;
 	loader_extent_stats(&xs);
 	put(&o, " \"loader\":{\"extent_reads\":\"%s\",\"extent_files\":%llu,\"extent_file_bytes\":%llu,"

@@ -104,6 +104,7 @@ struct dlshim_epoch_stats {
 struct dlshim_cache_stats {
 	uint64_t capacity_bytes, used_bytes, items_resident, items_pinned, items_known;
 	uint64_t loads, evictions, stale_reloads, alloc_failures;
+	uint64_t spare_refused;   /* loads ahead not done: the cache held only needed items */
 	uint64_t waste_bytes;     /* loaded, then evicted while a live job still needed it */
 	uint32_t chunk_files;     /* files per physical chunk in use (0 = not set yet) */
 };
@@ -178,6 +179,13 @@ int dlshim_engine_njobs(struct dlshim_engine *e);   /* ids are 0..njobs-1, live 
  * until read); LOAD if absent, else PASS (nothing to do), never WAIT or a
  * hit; counted in loads_ahead, not as a request or a miss. */
 #define DLSHIM_OPEN_F_AHEAD 4u
+/* The item's need is counted by holds (dlshim_engine_item_hold), not by
+ * this open: it is neither needed nor consumed here (HDF5 row chunks of a
+ * redirect mapping, whose rows are served without opening the chunk). */
+#define DLSHIM_OPEN_F_HELD 8u
+/* Load only into room no job needs: evict nothing whose RefCnt key is
+ * above 0; PASS (counted in spare_refused) when there is none. */
+#define DLSHIM_OPEN_F_SPARE 16u
 
 /* Request the file `id` for `job`. Never blocks. */
 void dlshim_engine_open(struct dlshim_engine *e, int job, const struct dlshim_file_id *id,
@@ -243,6 +251,12 @@ void dlshim_engine_job_stats(struct dlshim_engine *e, int job, struct dlshim_job
 void dlshim_engine_cache_stats(struct dlshim_engine *e, struct dlshim_cache_stats *out);
 /* Number of live jobs that still need `item` this epoch (RefCnt). */
 uint32_t dlshim_engine_item_refcnt(struct dlshim_engine *e, uint32_t item);
+/* Holds: a row mapping still has unused rows in the row chunk (dev, ino)
+ * this epoch, so it keeps the chunk as a job that needs it keeps a file
+ * (part of RefCnt's key). delta +1 or -1; the count never goes below 0.
+ * Returns 0 when no such item is known (nothing counted). */
+int dlshim_engine_item_hold(struct dlshim_engine *e, uint64_t dev, uint64_t ino, int delta);
+uint32_t dlshim_engine_item_holds(struct dlshim_engine *e, uint32_t item);
 int dlshim_engine_item_resident(struct dlshim_engine *e, uint32_t item);
 int dlshim_engine_item_loading(struct dlshim_engine *e, uint32_t item);
 uint32_t dlshim_engine_item_pins(struct dlshim_engine *e, uint32_t item);

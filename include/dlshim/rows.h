@@ -40,6 +40,25 @@ typedef int (*dlshim_rows_resident_fn)(void *ctx, uint64_t first, uint64_t n);
 struct dlshim_rows *dlshim_rows_create(void);
 void dlshim_rows_destroy(struct dlshim_rows *r);
 
+/* Holds. A mapping keeps the row chunks that still have rows it has not
+ * served this epoch, so that eviction (RefCnt) takes spent chunks first
+ * and the rows resident at an epoch's end survive until the next epoch
+ * has served them. `fn(ctx, chunk, +1 or -1)` adds or removes one hold on
+ * the chunk's item and returns 0 when the cache does not know the chunk
+ * (nothing held: dlshim_rows_chunk_cached tries again once it does). */
+typedef int (*dlshim_rows_hold_fn)(void *ctx, const struct dlshim_file_id *chunk, int delta);
+void dlshim_rows_set_hold(struct dlshim_rows *r, dlshim_rows_hold_fn fn, void *ctx);
+/* Which items the job's mapping of the file holds: row chunks of
+ * `chunk_rows` rows of the dataset `dset_hash` of file version
+ * `mtime_ns` (as dlshim_rows_chunk_id). A change gives back the old holds
+ * and takes the new ones. Creates the mapping if needed. */
+void dlshim_rows_bind(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino, uint64_t nrows,
+		      int64_t mtime_ns, uint64_t dset_hash, uint64_t chunk_rows);
+/* Chunk `chunk` of that identity has just become known to the cache (its
+ * first load): every mapping bound to it that needs it holds it now. */
+void dlshim_rows_chunk_cached(struct dlshim_rows *r, uint64_t dev, uint64_t ino, uint64_t nrows, int64_t mtime_ns,
+			      uint64_t dset_hash, uint64_t chunk_rows, uint64_t chunk);
+
 /* The row to serve for `row` of dataset `dset_key` (any stable number per
  * dataset, e.g. dlshim_rows_name_hash of its name) of a file with `nrows`
  * rows, for job (`job`, `job_key`). `chunk_rows` is the chunking of the

@@ -833,6 +833,62 @@ static void test_load_ahead(void **state)
 	assert_int_equal(dlshim_engine_release(f->e, f->job, r2.slot, r2.gen, 0, 0), 0);
 }
 
+/* Holds (HDF5 row chunks of a redirect mapping): a HELD open neither needs
+ * nor consumes; a held item outlives unheld ones; a SPARE load evicts
+ * only what no one holds or needs, else passes (spare_refused). */
+static void test_holds_and_spare_loads(void **state)
+{
+	struct fx *f = *state;
+	struct dlshim_open_result r;
+	assert_int_equal(dlshim_engine_item_hold(f->e, 1, 999, +1), 0); /* unknown: nothing held */
+	/* Fill the cache with held items. */
+	uint64_t n = 0;
+	for (;;) {
+		struct dlshim_file_id x = F(n + 1);
+		dlshim_engine_open(f->e, f->job, &x, DLSHIM_OPEN_F_HELD, &r);
+		if (r.kind != DLSHIM_OPEN_LOAD || cstats(f).evictions > 0)
+			fail_msg("item %llu: kind %d, evictions %llu", (unsigned long long)n + 1, r.kind,
+				 (unsigned long long)cstats(f).evictions);
+		assert_int_equal(dlshim_engine_item_refcnt(f->e, r.item), 0); /* not needed by the open */
+		assert_int_equal(dlshim_engine_item_hold(f->e, 1, n + 1, +1), 1);
+		assert_int_equal(dlshim_engine_item_holds(f->e, r.item), 1);
+		fill(f, r.slot, &x);
+		uint64_t g = dlshim_engine_load_done(f->e, f->job, r.item, 1);
+		assert_int_equal(dlshim_engine_release(f->e, f->job, r.slot, g, 0, 0), 0);
+		n++;
+		if (cstats(f).used_bytes + FBLK * BS > cstats(f).capacity_bytes)
+			break;
+	}
+	assert_true(n >= 4);
+	/* Full of held items: a spare load ahead does not evict them. */
+	struct dlshim_file_id nx = F(n + 1);
+	open_x(f, f->job, &nx, DLSHIM_OPEN_F_AHEAD | DLSHIM_OPEN_F_HELD | DLSHIM_OPEN_F_SPARE, &r, DLSHIM_OPEN_PASS);
+	assert_int_equal(cstats(f).spare_refused, 1);
+	assert_int_equal(cstats(f).evictions, 0);
+	/* Item 3's rows are all served: let go of it. The spare load takes its room, and only its. */
+	assert_int_equal(dlshim_engine_item_hold(f->e, 1, 3, -1), 1);
+	open_x(f, f->job, &nx, DLSHIM_OPEN_F_AHEAD | DLSHIM_OPEN_F_HELD | DLSHIM_OPEN_F_SPARE, &r, DLSHIM_OPEN_LOAD);
+	fill(f, r.slot, &nx);
+	uint64_t g = dlshim_engine_load_done(f->e, f->job, r.item, 1);
+	assert_int_equal(dlshim_engine_release(f->e, f->job, r.slot, g, 0, 0), 0);
+	assert_false(resident(f, 3));
+	for (uint64_t i = 1; i <= n; i++)
+		if (i != 3)
+			assert_true(resident(f, i));
+	/* A request's load (not spare) evicts a held item when it must: the one with the fewest holds. */
+	assert_int_equal(dlshim_engine_item_hold(f->e, 1, 1, +1), 1); /* item 1: two holds (two mappings) */
+	struct dlshim_file_id d1 = F(n + 2);
+	open_x(f, f->job, &d1, DLSHIM_OPEN_F_HELD, &r, DLSHIM_OPEN_LOAD);
+	fill(f, r.slot, &d1);
+	g = dlshim_engine_load_done(f->e, f->job, r.item, 1);
+	assert_int_equal(dlshim_engine_release(f->e, f->job, r.slot, g, 0, 0), 0);
+	assert_true(resident(f, 1));
+	assert_int_equal(cstats(f).evictions, 2);
+	/* Holds never go below zero. */
+	assert_int_equal(dlshim_engine_item_hold(f->e, 1, 3, -1), 1);
+	assert_int_equal(dlshim_engine_item_holds(f->e, dlshim_engine_find_item(f->e, 1, 3)), 0);
+}
+
 /* Sessions: two attaches need two detaches; names, find and live flags follow. */
 static void test_job_sessions(void **state)
 {
@@ -1072,6 +1128,7 @@ int main(void)
 		T(test_refcnt_two_jobs, setup_refcnt),
 		T(test_refcnt_open_undeclared, setup_refcnt),
 		T(test_load_ahead, setup_refcnt),
+		T(test_holds_and_spare_loads, setup_refcnt),
 		T(test_job_sessions, setup_refcnt),
 		T(test_job_table_full, setup_refcnt),
 		T(test_stats, setup_lru),

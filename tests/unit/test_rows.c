@@ -497,6 +497,139 @@ static void test_lease_epoch_rollover(void **st)
 	dlshim_rows_destroy(r);
 }
 
+/* ---- holds: a mapping keeps the chunks it has rows of still to serve. */
+
+#define MT 5    /* file version */
+#define K2 50   /* the labels' chunking */
+
+/* Simulated cache items: holds per chunk of datasets 1 (K rows) and 2
+ * (K2 rows); a chunk is known once `known` says so. */
+struct holds {
+	int known[2][N / K + 1];
+	int n[2][N / K + 1];
+};
+
+static int which(const struct dlshim_file_id *id, int *d, uint64_t *c)
+{
+	for (*d = 0; *d < 2; (*d)++)
+		for (*c = 0; *c < (uint64_t)(*d ? N / K2 : N / K); (*c)++) {
+			struct dlshim_file_id x;
+			dlshim_rows_chunk_id(1, 2, MT, (uint64_t)*d + 1, *d ? K2 : K, *c, 0, &x);
+			if (x.dev == id->dev && x.ino == id->ino)
+				return 1;
+		}
+	return 0;
+}
+
+static int hold(void *ctx, const struct dlshim_file_id *id, int delta)
+{
+	struct holds *h = ctx;
+	int d;
+	uint64_t c;
+	if (!which(id, &d, &c) || !h->known[d][c])
+		return 0; /* not in the cache (another chunking: never loaded here) */
+	h->n[d][c] += delta;
+	assert_true(h->n[d][c] == 0 || h->n[d][c] == 1); /* one mapping: held once or not */
+	return 1;
+}
+
+static int held_chunks(const struct holds *h, int d)
+{
+	int t = 0;
+	for (int c = 0; c < (d ? N / K2 : N / K); c++)
+		t += h->n[d][c];
+	return t;
+}
+
+/* Chunks are held until their last row is served, held again at the next
+ * epoch and given back when the job ends; a chunk the cache learns of
+ * later is held from then on. */
+static void test_holds_follow_the_epoch(void **st)
+{
+	(void)st;
+	struct dlshim_rows *r = dlshim_rows_create();
+	struct holds h = {0};
+	struct sim s = {0};
+	dlshim_rows_set_hold(r, hold, &h);
+	for (int c = 0; c < N / K; c++)
+		h.known[0][c] = c != 7; /* chunk 7 never loaded yet */
+	h.known[1][0] = h.known[1][1] = 1;
+	dlshim_rows_bind(r, 0, 42, 1, 2, N, MT, 1, K);
+	dlshim_rows_bind(r, 0, 42, 1, 2, N, MT, 2, K2);
+	dlshim_rows_bind(r, 0, 42, 1, 2, N, MT, 2, K2); /* again: nothing changes */
+	assert_int_equal(held_chunks(&h, 0), N / K - 1);
+	assert_int_equal(h.n[0][7], 0);
+	assert_int_equal(held_chunks(&h, 1), 2);
+	h.known[0][7] = 1;
+	dlshim_rows_chunk_cached(r, 1, 2, N, MT, 1, K, 7);
+	assert_int_equal(h.n[0][7], 1);
+	uint64_t order[N];
+	shuffle(order, N, 11);
+	int used[N / K] = {0}, used2[N / K2] = {0};
+	for (int i = 0; i < N; i++) {
+		int64_t j = ask(r, &s, 1, order[i]);
+		assert_true(j >= 0);
+		used[j / K]++;
+		used2[j / K2]++;
+		for (int c = 0; c < N / K; c++)
+			assert_int_equal(h.n[0][c], used[c] < K);
+		for (int c = 0; c < N / K2; c++)
+			assert_int_equal(h.n[1][c], used2[c] < K2);
+	}
+	assert_int_equal(held_chunks(&h, 0), 0);
+	/* The next epoch needs every chunk again. */
+	int64_t j = ask(r, &s, 1, order[0]);
+	assert_true(j >= 0);
+	assert_int_equal(held_chunks(&h, 0), N / K);
+	assert_int_equal(held_chunks(&h, 1), N / K2);
+	/* Another chunking of the dataset: the old chunks are given back. */
+	dlshim_rows_bind(r, 0, 42, 1, 2, N, MT, 2, 25);
+	assert_int_equal(held_chunks(&h, 1), 0);
+	dlshim_rows_job_end(r, 0);
+	assert_int_equal(held_chunks(&h, 0), 0);
+	dlshim_rows_destroy(r);
+}
+
+/* A leased row keeps its chunk held until the client takes it (it reads
+ * the chunk right after); a row given back (revoked) is unused again. */
+static void test_holds_with_leases(void **st)
+{
+	(void)st;
+	struct dlshim_rows *r = dlshim_rows_create();
+	struct holds h = {0};
+	struct sim s = {0};
+	dlshim_rows_set_hold(r, hold, &h);
+	for (int c = 0; c < N / K; c++)
+		h.known[0][c] = 1;
+	dlshim_rows_bind(r, 0, 42, 1, 2, N, MT, 1, K);
+	struct client *c = client_new(r);
+	s.res[4] = 1;
+	int64_t j = ask(r, &s, 1, 41);
+	assert_int_equal(j, 41);
+	int64_t ahead;
+	assert_int_equal(dlshim_rows_lease_fill(r, c->l, 0, 42, 1, 2, N, K - 1, K, resident, &s, &ahead), K - 1);
+	assert_int_equal(h.n[0][4], 1); /* every other row of chunk 4 is leased, none taken */
+	for (uint64_t i = 0; i < 5; i++)
+		assert_true(take(c, 1, i) / K == 4);
+	assert_int_equal(h.n[0][4], 1); /* the coordinator has not looked yet */
+	/* Refilled with nothing resident: 5 taken rows are spent, 4 go back. */
+	s.res[4] = 0;
+	assert_int_equal(dlshim_rows_lease_fill(r, c->l, 0, 42, 1, 2, N, K - 1, K, resident, &s, &ahead), 0);
+	assert_int_equal(h.n[0][4], 1);
+	assert_int_equal(held_chunks(&h, 0), N / K);
+	/* The last 4 rows of chunk 4 served: it is let go. */
+	s.res[4] = 1;
+	for (uint64_t i = 0; i < 4; i++)
+		assert_true(ask(r, &s, 1, 10 + i) / K == 4);
+	assert_int_equal(h.n[0][4], 0);
+	assert_int_equal(held_chunks(&h, 0), N / K - 1);
+	dlshim_rows_lease_free(r, c->l);
+	free(c);
+	dlshim_rows_job_end(r, 0);
+	assert_int_equal(held_chunks(&h, 0), 0);
+	dlshim_rows_destroy(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -515,6 +648,8 @@ int main(void)
 		cmocka_unit_test(test_lease_revoked_when_needed),
 		cmocka_unit_test(test_lease_hostile_client),
 		cmocka_unit_test(test_lease_epoch_rollover),
+		cmocka_unit_test(test_holds_follow_the_epoch),
+		cmocka_unit_test(test_holds_with_leases),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
