@@ -1,13 +1,16 @@
-/* Per-dataset-id memo of the facts a routed H5Dread needs that do not
- * change while the id is open: the file's absolute path and whether it is
- * under a root, its read-only intent, the dataset's name, and the file's
- * identity. Asking HDF5 and the kernel for these at every read cost about
- * as much as the read itself. HDF5 never reuses an id value, so an id
- * names one open dataset; a closed one is caught by H5Iis_valid. The
- * identity is that of the file HDF5 has open (fstat of its sec2
- * descriptor), refreshed every DESC_RESTAT_MS: a file rewritten in place is
- * noticed (its chunks carry the new mtime), one renamed over it is not the
- * file HDF5 reads, and its reads pass through. */
+/* Memo of the facts a routed H5Dread needs that do not change while the
+ * file is open: the file's absolute path and whether it is under a root,
+ * its read-only intent, HDF5's descriptor and the file's identity (per
+ * file id), and the dataset's name (per dataset id). Asking HDF5 and the
+ * kernel for these at every read cost about as much as the read itself,
+ * and h5py opens a new dataset id for every `f["x"][i]`: so the file's
+ * facts are kept by file id, which lives as long as the program's File.
+ * HDF5 never reuses an id value, so an id names one open object; a closed
+ * dataset is caught by H5Iis_valid. The identity is that of the file HDF5
+ * has open (fstat of its sec2 descriptor), refreshed every
+ * DESC_RESTAT_MS: a file rewritten in place is noticed (its chunks carry
+ * the new mtime), one renamed over it is not the file HDF5 reads, and its
+ * reads pass through. */
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -16,16 +19,25 @@
 #include "h5desc.h"
 #include "shim.h"
 
-#define DESCS 8
+#define DSETS 8
+#define FILES 8
 #define DESC_RESTAT_MS 100
 
-struct entry {
+struct dentry {
 	h5id dset;                /* 0: empty */
-	uint64_t stat_ns, used;
-	struct h5_desc d;
+	h5id fid;
+	uint64_t used;
+	char dname[sizeof(((struct h5_desc *)0)->dname)];
 };
 
-static struct entry cache[DESCS];
+struct fentry {
+	h5id fid;                 /* 0: empty */
+	uint64_t stat_ns, used;
+	struct h5_desc d;         /* d.dname unused */
+};
+
+static struct dentry dsets[DSETS];
+static struct fentry files[FILES];
 static uint64_t clock_used;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -53,10 +65,11 @@ static int routed_path(const struct h5_fns *h, h5id dset, char *out, size_t len)
 	return l > 0 && dlshim_config_path_routed(&g_cfg, out, (size_t)l);
 }
 
-/* Ask HDF5 and the kernel. */
-static int describe(const struct h5_fns *h, h5id dset, struct h5_desc *d)
+/* Ask HDF5 and the kernel about the file of `dset`. */
+static int describe_file(const struct h5_fns *h, h5id dset, struct h5_desc *d)
 {
 	memset(d, 0, sizeof(*d));
+	d->fd = -1;
 	if (!routed_path(h, dset, d->path, sizeof(d->path)))
 		return 0;
 	/* A file open for writing may hold rows not yet on disk. */
@@ -78,8 +91,7 @@ static int describe(const struct h5_fns *h, h5id dset, struct h5_desc *d)
 		h->Pclose(fapl);
 	}
 	h->Fclose(fid);
-	ssize_t dn = h->Iget_name(dset, d->dname, sizeof(d->dname));
-	if (ir < 0 || dn <= 0 || (size_t)dn >= sizeof(d->dname))
+	if (ir < 0)
 		return -1;
 	struct stat ps;
 	d->fd = fd;
@@ -88,20 +100,60 @@ static int describe(const struct h5_fns *h, h5id dset, struct h5_desc *d)
 	return 0;
 }
 
+/* The dataset's file id (a key: the reference is given back at once) and
+ * name, from the memo or from HDF5. */
+static int dataset_of(const struct h5_fns *h, h5id dset, h5id *fid, char *dname, size_t len)
+{
+	pthread_mutex_lock(&mu);
+	struct dentry *e = NULL, *old = &dsets[0];
+	for (int i = 0; i < DSETS && e == NULL; i++) {
+		if (dsets[i].dset == dset)
+			e = &dsets[i];
+		else if (dsets[i].used < old->used)
+			old = &dsets[i];
+	}
+	if (e) {
+		e->used = ++clock_used;
+		*fid = e->fid;
+		memcpy(dname, e->dname, len);
+		pthread_mutex_unlock(&mu);
+		return 0;
+	}
+	pthread_mutex_unlock(&mu);
+	/* HDF5 queries outside our lock: they may take HDF5's own. */
+	h5id f = h->Iget_file_id(dset);
+	if (f < 0)
+		return -1;
+	h->Fclose(f);
+	ssize_t dn = h->Iget_name(dset, dname, len);
+	if (dn <= 0 || (size_t)dn >= len)
+		return -1;
+	pthread_mutex_lock(&mu);
+	old->dset = dset;
+	old->fid = f;
+	memcpy(old->dname, dname, len);
+	old->used = ++clock_used;
+	pthread_mutex_unlock(&mu);
+	*fid = f;
+	return 0;
+}
+
 int h5_desc_get(const struct h5_fns *h, h5id dset, struct h5_desc *out)
 {
 	if (h->Iis_valid(dset) <= 0)
 		return -1;
+	h5id fid;
+	char dname[sizeof(out->dname)];
+	if (dataset_of(h, dset, &fid, dname, sizeof(dname)) < 0)
+		return -1;
 	uint64_t t = now_ns();
 	pthread_mutex_lock(&mu);
-	struct entry *e = NULL, *old = &cache[0];
-	for (int i = 0; i < DESCS; i++) {
-		if (cache[i].dset == dset) {
-			e = &cache[i];
-			break;
-		}
-		if (cache[i].used < old->used)
-			old = &cache[i];
+	struct fentry *e = NULL, *old = &files[0];
+	for (int i = 0; i < FILES && e == NULL; i++) {
+		if (files[i].fid == fid)
+			e = &files[i];
+		else if (files[i].used < old->used)
+			old = &files[i];
 	}
 	if (e && e->d.routed && t - e->stat_ns > DESC_RESTAT_MS * 1000000ull) {
 		/* A file rewritten in place gets a new mtime, so new chunk
@@ -120,17 +172,18 @@ int h5_desc_get(const struct h5_fns *h, h5id dset, struct h5_desc *out)
 		e->used = ++clock_used;
 		*out = e->d;
 		pthread_mutex_unlock(&mu);
+		memcpy(out->dname, dname, sizeof(out->dname));
 		return 0;
 	}
 	pthread_mutex_unlock(&mu);
-	/* HDF5 queries outside our lock: they may take HDF5's own. */
-	if (describe(h, dset, out) < 0)
+	if (describe_file(h, dset, out) < 0)
 		return -1;
 	pthread_mutex_lock(&mu);
-	old->dset = dset;
+	old->fid = fid;
 	old->d = *out;
 	old->stat_ns = t;
 	old->used = ++clock_used;
 	pthread_mutex_unlock(&mu);
+	memcpy(out->dname, dname, sizeof(out->dname));
 	return 0;
 }
