@@ -78,6 +78,9 @@ $(BUILD)/tests/%: tests/unit/%.c $(ENGINE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Iengine -o $@ $< $(ENGINE_LIB) -lcmocka -lpthread -lm
 
+# test_pid includes the shim's pid cache itself.
+$(BUILD)/tests/test_pid $(BUILD)/asan/tests/test_pid: shim/pid.c shim/shim.h
+
 $(BUILD)/progs/%: tests/progs/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< -lpthread $(if $(findstring h5,$*),$(shell pkg-config --cflags --libs hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5),)

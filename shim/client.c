@@ -350,10 +350,10 @@ static int hello(int fd, uint32_t kind)
 	return kind == DLSHIM_HELLO_CLIENT ? declare_dataset(fd) : 0;
 }
 
-/* The process id, asked of the kernel once per HDF5 row read rather than
- * at each of the checks below (a system call costs a microsecond or more
- * on a VM, and a redirected sample made eight of them): set for the
- * duration of client_rows, 0 elsewhere. */
+/* The process id for the checks below during an HDF5 row read, set for
+ * the duration of client_rows (0 elsewhere), without a system call (a
+ * redirected sample made eight of them, at a microsecond or more each on
+ * a VM). */
 static __thread pid_t rows_pid;
 static pid_t cur_pid(void) { return rows_pid ? rows_pid : getpid(); }
 
@@ -1074,7 +1074,7 @@ int client_rows(const char *path, const char *dset, const struct stat *st, uint6
 		uint64_t row, uint64_t n, int redirect, void *dst, uint64_t *served_out)
 {
 	pid_t outer = rows_pid;
-	rows_pid = getpid();
+	rows_pid = shim_pid();
 	int rc = rows_read(path, dset, st, nrows, row_bytes, row, n, redirect, dst, served_out);
 	rows_pid = outer;
 	return rc;

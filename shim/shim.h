@@ -28,6 +28,8 @@ enum warn_cause { W_CONFIG, W_CONNECT, W_LOST, W_SPAWN, W_SHM, W_PROTO, W_STATS,
 void shim_warn(enum warn_cause c, const char *fmt, ...) __attribute__((format(printf, 2, 3), cold));
 int shim_warned(enum warn_cause c);
 void shim_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* getpid(), asked of the kernel only once per process (shim/pid.c). */
+pid_t shim_pid(void);
 
 /* ---- routed descriptors (fdtable.c) ---- */
 
