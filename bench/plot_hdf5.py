@@ -40,9 +40,12 @@ def main():
             x = si + (vi - (len(VARIANTS) - 1) / 2) * w
             axes[0].bar(x, sum(secs) / len(secs), w, color="C%d" % vi, label=SHORT[var] if si == 0 else None)
             axes[1].bar(x, per_epoch, w, color="C%d" % vi, label=SHORT[var] if si == 0 else None)
-            rows.append("| %d KB | %s | %s | %s | %.2f | %.2f | %s |" % (
+            cpu = "-" if r.get("cpu_s") is None else "%.1f" % r["cpu_s"]
+            if r.get("coordinator_cpu_s") is not None:
+                cpu += " (%.1f)" % r["coordinator_cpu_s"]
+            rows.append("| %d KB | %s | %s | %s | %.2f | %.2f | %s | %s |" % (
                 kb, LABEL[var], " / ".join("%.1f" % s for s in secs), speedup, r["device_bytes"] / 2**20, per_epoch,
-                "yes" if ok else "NO"))
+                cpu, "yes" if ok else "NO"))
     for ax, title in ((axes[0], "mean epoch time (s)"), (axes[1], "device bytes per epoch / file size")):
         ax.set_xticks(range(len(sizes)))
         ax.set_xticklabels(["%d KB rows" % kb for kb in sizes])
@@ -59,12 +62,14 @@ def main():
                 "cache, for %d epochs; storage throttled to %d MB/s and %d IOPS with cgroup v1 blkio, page cache\n"
                 "held down by a memory cgroup, caches dropped before each run. Device bytes are the cgroup's.\n"
                 "The floor run reads the same file already in the page cache with no throttle: the cost of the\n"
-                "job's Python, h5py and DataLoader alone. Speedup is plain's mean epoch time over the variant's.\n\n"
+                "job's Python, h5py and DataLoader alone. Speedup is plain's mean epoch time over the variant's.\n"
+                "CPU seconds are the whole run's (job, workers and coordinator: cpuacct group), the\n"
+                "coordinator's own in parentheses; 2 cores give at most twice the wall time.\n\n"
                 % (res["epochs"], res["bps"] // 2**20, res["iops"]))
         f.write("![HDF5 rows](img/hdf5.png)\n\n")
         f.write("| rows | variant | epoch seconds | speedup vs plain | device MB | device bytes per epoch / file "
-                "| pairs and permutation ok |\n")
-        f.write("|---|---|---|---|---|---|---|\n")
+                "| CPU s (coordinator) | pairs and permutation ok |\n")
+        f.write("|---|---|---|---|---|---|---|---|\n")
         f.write("\n".join(rows) + "\n")
         f.write("\nWhat bounds each variant, and the per-row profile: docs/benchmarks.md, \"HDF5 rows\".\n")
     print("\n".join(rows))
