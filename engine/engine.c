@@ -856,6 +856,13 @@ uint32_t dlshim_engine_item_holds(struct dlshim_engine *e, uint32_t it)
 	return it < e->nitems ? e->items[it].holds : 0;
 }
 
+void dlshim_engine_item_spent(struct dlshim_engine *e, int j, uint64_t dev, uint64_t ino)
+{
+	uint32_t it = item_lookup(e, dev, ino);
+	if (it != NONE && j >= 0 && j < e->njobs)
+		e->jobs[j].st.bytes_consumed += e->items[it].size;
+}
+
 int dlshim_engine_item_hold(struct dlshim_engine *e, uint64_t dev, uint64_t ino, int delta)
 {
 	uint32_t it = item_lookup(e, dev, ino);

@@ -133,10 +133,10 @@ static void bsync(struct dlshim_rows *r, const struct rmap *m, struct hbind *b, 
 	struct dlshim_file_id id;
 	dlshim_rows_chunk_id(m->dev, m->ino, b->mtime, b->dset, b->k, c, 0, &id);
 	if (want) {
-		if (r->hold(r->hold_ctx, &id, +1))
+		if (r->hold(r->hold_ctx, m->job, &id, +1))
 			set_bit(b->held, c);
 	} else {
-		r->hold(r->hold_ctx, &id, -1);
+		r->hold(r->hold_ctx, m->job, &id, -1); /* every row served: consumed this epoch */
 		clear_bit(b->held, c);
 	}
 }
@@ -149,7 +149,7 @@ static void unbind(struct dlshim_rows *r, const struct rmap *m, struct hbind *b)
 			struct dlshim_file_id id;
 			dlshim_rows_chunk_id(m->dev, m->ino, b->mtime, b->dset, b->k, c, 0, &id);
 			if (r->hold)
-				r->hold(r->hold_ctx, &id, -1);
+				r->hold(r->hold_ctx, m->job, &id, 0); /* given back unconsumed */
 		}
 	free(b->unused);
 	free(b->held);

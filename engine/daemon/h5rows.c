@@ -423,10 +423,12 @@ static int chunk_resident(void *ctx, uint64_t first, uint64_t n)
 
 /* Called under D.mu by the row mappings: their holds are part of the
  * chunk item's RefCnt key. */
-static int chunk_hold(void *ctx, const struct dlshim_file_id *id, int delta)
+static int chunk_hold(void *ctx, int job, const struct dlshim_file_id *id, int how)
 {
 	(void)ctx;
-	return dlshim_engine_item_hold(D.eng, id->dev, id->ino, delta);
+	if (how < 0)
+		dlshim_engine_item_spent(D.eng, job, id->dev, id->ino);
+	return dlshim_engine_item_hold(D.eng, id->dev, id->ino, how > 0 ? 1 : -1);
 }
 
 /* Open row chunk [first, first + count) for `job`, loading it (or waiting

@@ -257,6 +257,9 @@ uint32_t dlshim_engine_item_refcnt(struct dlshim_engine *e, uint32_t item);
  * Returns 0 when no such item is known (nothing counted). */
 int dlshim_engine_item_hold(struct dlshim_engine *e, uint64_t dev, uint64_t ino, int delta);
 uint32_t dlshim_engine_item_holds(struct dlshim_engine *e, uint32_t item);
+/* A held item's every row was served to `job` this epoch: count its size
+ * in the job's bytes_consumed (I/O efficiency), as a consumed file is. */
+void dlshim_engine_item_spent(struct dlshim_engine *e, int job, uint64_t dev, uint64_t ino);
 int dlshim_engine_item_resident(struct dlshim_engine *e, uint32_t item);
 int dlshim_engine_item_loading(struct dlshim_engine *e, uint32_t item);
 uint32_t dlshim_engine_item_pins(struct dlshim_engine *e, uint32_t item);

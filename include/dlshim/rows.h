@@ -43,10 +43,13 @@ void dlshim_rows_destroy(struct dlshim_rows *r);
 /* Holds. A mapping keeps the row chunks that still have rows it has not
  * served this epoch, so that eviction (RefCnt) takes spent chunks first
  * and the rows resident at an epoch's end survive until the next epoch
- * has served them. `fn(ctx, chunk, +1 or -1)` adds or removes one hold on
- * the chunk's item and returns 0 when the cache does not know the chunk
- * (nothing held: dlshim_rows_chunk_cached tries again once it does). */
-typedef int (*dlshim_rows_hold_fn)(void *ctx, const struct dlshim_file_id *chunk, int delta);
+ * has served them. `fn(ctx, job, chunk, how)` adds (+1) or removes one
+ * hold on the chunk's item: -1 when the job's epoch has served every row
+ * of it (the job consumed it), 0 when the mapping gives it back otherwise
+ * (job end, another chunking). It returns 0 when the cache does not know
+ * the chunk (nothing held: dlshim_rows_chunk_cached tries again once it
+ * does). */
+typedef int (*dlshim_rows_hold_fn)(void *ctx, int job, const struct dlshim_file_id *chunk, int how);
 void dlshim_rows_set_hold(struct dlshim_rows *r, dlshim_rows_hold_fn fn, void *ctx);
 /* Which items the job's mapping of the file holds: row chunks of
  * `chunk_rows` rows of the dataset `dset_hash` of file version

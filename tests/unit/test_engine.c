@@ -867,6 +867,11 @@ static void test_holds_and_spare_loads(void **state)
 	assert_int_equal(cstats(f).evictions, 0);
 	/* Item 3's rows are all served: let go of it. The spare load takes its room, and only its. */
 	assert_int_equal(dlshim_engine_item_hold(f->e, 1, 3, -1), 1);
+	/* ... and the job consumed it (its I/O efficiency counts it); an unknown item counts nothing. */
+	uint64_t consumed = jstats(f, f->job).bytes_consumed;
+	dlshim_engine_item_spent(f->e, f->job, 1, 3);
+	dlshim_engine_item_spent(f->e, f->job, 1, 999);
+	assert_int_equal(jstats(f, f->job).bytes_consumed, consumed + FSZ);
 	open_x(f, f->job, &nx, DLSHIM_OPEN_F_AHEAD | DLSHIM_OPEN_F_HELD | DLSHIM_OPEN_F_SPARE, &r, DLSHIM_OPEN_LOAD);
 	fill(f, r.slot, &nx);
 	uint64_t g = dlshim_engine_load_done(f->e, f->job, r.item, 1);

@@ -507,6 +507,7 @@ static void test_lease_epoch_rollover(void **st)
 struct holds {
 	int known[2][N / K + 1];
 	int n[2][N / K + 1];
+	int spent[2];             /* chunks let go because every row was served */
 };
 
 static int which(const struct dlshim_file_id *id, int *d, uint64_t *c)
@@ -521,14 +522,16 @@ static int which(const struct dlshim_file_id *id, int *d, uint64_t *c)
 	return 0;
 }
 
-static int hold(void *ctx, const struct dlshim_file_id *id, int delta)
+static int hold(void *ctx, int job, const struct dlshim_file_id *id, int how)
 {
 	struct holds *h = ctx;
 	int d;
 	uint64_t c;
+	assert_int_equal(job, 0);
 	if (!which(id, &d, &c) || !h->known[d][c])
 		return 0; /* not in the cache (another chunking: never loaded here) */
-	h->n[d][c] += delta;
+	h->n[d][c] += how > 0 ? 1 : -1;
+	h->spent[d] += how < 0;
 	assert_true(h->n[d][c] == 0 || h->n[d][c] == 1); /* one mapping: held once or not */
 	return 1;
 }
@@ -577,6 +580,8 @@ static void test_holds_follow_the_epoch(void **st)
 			assert_int_equal(h.n[1][c], used2[c] < K2);
 	}
 	assert_int_equal(held_chunks(&h, 0), 0);
+	assert_int_equal(h.spent[0], N / K);
+	assert_int_equal(h.spent[1], N / K2);
 	/* The next epoch needs every chunk again. */
 	int64_t j = ask(r, &s, 1, order[0]);
 	assert_true(j >= 0);
@@ -587,6 +592,7 @@ static void test_holds_follow_the_epoch(void **st)
 	assert_int_equal(held_chunks(&h, 1), 0);
 	dlshim_rows_job_end(r, 0);
 	assert_int_equal(held_chunks(&h, 0), 0);
+	assert_int_equal(h.spent[0], N / K); /* given back at job end, not consumed */
 	dlshim_rows_destroy(r);
 }
 
