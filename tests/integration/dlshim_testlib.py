@@ -14,7 +14,6 @@ Also usable as a command by lib.sh:
 """
 import atexit
 import hashlib
-import io
 import json
 import os
 import random
@@ -314,6 +313,19 @@ def write_script(path, text):
     with open(path, "w") as f:
         f.write(text)
     return path
+
+
+def hdf5_env(name, make_text, fname, *args):
+    """A fresh Env whose data root holds one HDF5 file, made (without the
+    shim) by the Python program make_text run as `make.py PATH ARGS...`.
+    Returns (env, root, path, make.py) (make.py remakes the file)."""
+    env = Env(name)
+    root = env.path("data")
+    os.makedirs(root)
+    h5 = os.path.join(root, fname)
+    make = write_script(env.path("make.py"), make_text)
+    env.run([PYTHON, make, h5] + [str(a) for a in args], shim=False, check_rc=True)
+    return env, root, h5, make
 
 
 # ---------------------------------------------------------------- command mode

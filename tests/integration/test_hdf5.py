@@ -119,12 +119,7 @@ def sha(b):
 
 
 def main():
-    env = T.Env("hdf5")
-    root = env.path("data")
-    os.makedirs(root)
-    h5 = os.path.join(root, "train.h5")
-    make = T.write_script(env.path("make.py"), MAKE)
-    env.run([T.PYTHON, make, h5, "1"], shim=False, check_rc=True)
+    env, root, h5, make = T.hdf5_env("hdf5", MAKE, "train.h5", 1)
     stats_file = env.path("stats.json")
 
     T.section("h5py: exact bytes for every kind of read")

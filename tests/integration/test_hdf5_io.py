@@ -42,13 +42,8 @@ def rchar(pid):
 
 
 def main():
-    env = T.Env("hdf5-io")
-    root = env.path("data")
-    os.makedirs(root)
-    h5 = os.path.join(root, "rows.h5")
-    make = T.write_script(env.path("make.py"), MAKE)
+    env, root, h5, make = T.hdf5_env("hdf5-io", MAKE, "rows.h5", N, 1)
     read = T.write_script(env.path("read.py"), READ)
-    env.run([T.PYTHON, make, h5, str(N), "1"], shim=False, check_rc=True)
     ref_out, out = env.path("ref.json"), env.path("out.json")
     env.run([T.PYTHON, read, h5, "500", ref_out], shim=False, check_rc=True, timeout=120)
     over = dict(DLSHIM_ROOTS=root, DLSHIM_REDIRECT="off", DLSHIM_CACHE=str(N * 4096 // 4),

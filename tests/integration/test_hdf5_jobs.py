@@ -69,11 +69,7 @@ def job_stats(env, name):
 
 
 def main():
-    env = T.Env("hdf5-jobs")
-    root = env.path("data")
-    os.makedirs(root)
-    h5 = os.path.join(root, "rows.h5")
-    env.run([T.PYTHON, T.write_script(env.path("make.py"), MAKE), h5, str(N)], shim=False, check_rc=True)
+    env, root, h5, _ = T.hdf5_env("hdf5-jobs", MAKE, "rows.h5", N)
     read = T.write_script(env.path("read.py"), READ)
     ref_out = env.path("ref.json")
     env.run([T.PYTHON, read, h5, "1", "0", ref_out], shim=False, check_rc=True, timeout=300)

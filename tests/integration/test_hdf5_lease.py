@@ -11,7 +11,6 @@ every label is its input's. Fails without the coordinator settling a lease
 when its connection ends (rows lost, then others served twice).
 """
 import collections
-import json
 import os
 import sys
 
@@ -62,11 +61,7 @@ print("status", st1, st2)
 
 
 def main():
-    env = T.Env("hdf5-lease")
-    root = env.path("data")
-    os.makedirs(root)
-    h5 = os.path.join(root, "rows.h5")
-    env.run([T.PYTHON, T.write_script(env.path("make.py"), MAKE), h5, str(N)], shim=False, check_rc=True)
+    env, root, h5, _ = T.hdf5_env("hdf5-lease", MAKE, "rows.h5", N)
     script = T.write_script(env.path("drive.py"), DRIVE)
     for how in tuple(os.environ.get("LEASE_HOW", "exit kill").split()):
         T.section("first process ends with %s mid-epoch" % how)

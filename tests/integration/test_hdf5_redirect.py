@@ -79,11 +79,7 @@ def run(env, h5, root, mode, workers, label, cache):
 
 
 def main():
-    env = T.Env("hdf5-redirect")
-    root = env.path("data")
-    os.makedirs(root)
-    h5 = os.path.join(root, "rows.h5")
-    env.run([T.PYTHON, T.write_script(env.path("make.py"), MAKE), h5, str(N)], shim=False, check_rc=True)
+    env, root, h5, _ = T.hdf5_env("hdf5-redirect", MAKE, "rows.h5", N)
     ref_out = env.path("ref.json")
     env.run([T.PYTHON, T.write_script(env.path("train.py"), TRAIN), h5, "0", "1", ref_out], shim=False,
             check_rc=True)

@@ -24,7 +24,6 @@ they are loaded) gets the sha256 of every file on disk with nothing on
 stderr, and `dlshim stats --json` works. Where the protocol says the
 connection must be dropped, the coordinator must close it.
 """
-import array
 import json
 import os
 import socket

@@ -13,7 +13,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dlshim_testlib as T

@@ -8,7 +8,6 @@ log fails the test; every byte the programs received is checked."""
 import collections
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
