@@ -406,15 +406,15 @@ static uint32_t choose_chunk(struct dlshim_engine *e, struct job *jb, uint32_t r
 }
 
 static int try_load(struct dlshim_engine *e, struct job *jb, uint32_t it, struct dlshim_open_result *res,
-		    uint64_t *bytes, uint64_t budget)
+		    uint64_t *bytes, uint64_t budget, int spare)
 {
 	struct item *x = &e->items[it];
 	if (x->state != ITEM_ABSENT || x->refcnt == 0 || x->path == NULL || res->nload >= DLSHIM_MAX_CHUNK)
 		return 0;
 	if (res->nload > 0 && *bytes + x->size > budget)
 		return -1;
-	if (eng_start_load(e, jb, it, 0) < 0)
-		return -1; /* cache full of pinned items: load what fits */
+	if (eng_start_load(e, jb, it, spare) < 0)
+		return -1; /* cache full of pinned (or, spare, needed) items: load what fits */
 	res->load_item[res->nload] = it;
 	res->load_slot[res->nload] = x->slot;
 	res->nload++;
@@ -428,7 +428,7 @@ static int try_load(struct dlshim_engine *e, struct job *jb, uint32_t it, struct
  * quarter of the cache, whatever DLSHIM_CHUNK says. Returns the number
  * started (listed in res). */
 static uint32_t load_chunk(struct dlshim_engine *e, struct job *jb, struct group *g, uint32_t c, uint32_t req,
-			   struct dlshim_open_result *res)
+			   int spare, struct dlshim_open_result *res)
 {
 	struct item *rq = &e->items[req];
 	uint32_t end = (c + 1) * g->k < g->n ? (c + 1) * g->k : g->n;
@@ -440,7 +440,7 @@ static uint32_t load_chunk(struct dlshim_engine *e, struct job *jb, struct group
 			uint32_t it = g->items[i];
 			if (candidate(jb, rq, &e->items[it], it) != (pass == 0))
 				continue;
-			full = try_load(e, jb, it, res, &bytes, budget) < 0;
+			full = try_load(e, jb, it, res, &bytes, budget, spare) < 0;
 		}
 	if (res->nload) {
 		jb->st.chunk_loads++;
@@ -513,7 +513,7 @@ static void load_ahead(struct dlshim_engine *e, struct job *jb, struct item *rq,
 	if (c == NONE)
 		return;
 	uint64_t misses = jb->st.misses;
-	if (load_chunk(e, jb, g, c, req, res) > 0) {
+	if (load_chunk(e, jb, g, c, req, 1, res) > 0) {
 		res->ahead = 1;
 		jb->st.misses = misses; /* nobody missed: this is ahead of demand */
 		jb->st.loads_ahead++;
@@ -660,7 +660,7 @@ void redirect_open(struct dlshim_engine *e, int j, uint32_t req, unsigned flags,
 	}
 	if (served == NONE) {
 		uint32_t c = choose_chunk(e, jb, req);
-		if (c != NONE && load_chunk(e, jb, g, c, req, res) > 0) {
+		if (c != NONE && load_chunk(e, jb, g, c, req, 0, res) > 0) {
 			/* Serve from what we load: the requested file if it is there. */
 			for (uint32_t i = 0; i < res->nload && served != req; i++) {
 				uint32_t it = res->load_item[i];

@@ -364,6 +364,8 @@ static uint32_t rig_open(struct rig *r, int job, const struct tfile *f)
 {
 	struct dlshim_open_result *res = &r->res;
 	unsigned flags = 0;
+	struct dlshim_cache_stats before;
+	dlshim_engine_cache_stats(r->e, &before);
 	for (int tries = 0;; tries++) {
 		dlshim_engine_open(r->e, job, &f->id, flags, res);
 		if (res->kind != DLSHIM_OPEN_WAIT)
@@ -396,6 +398,16 @@ static uint32_t rig_open(struct rig *r, int job, const struct tfile *f)
 	for (uint32_t i = 0; i < res->nload; i++) {
 		slot_fill(r, res->load_slot[i], res->load_item[i]);
 		pend_add(r, job, res->load_item[i], res->load_slot[i]);
+	}
+	/* The chunk sampler's loads ahead are spare: they evict nothing a
+	 * live job still needs (that would be waste), so a request answered
+	 * from memory adds no waste, whatever the other jobs' progress. */
+	if (res->kind == DLSHIM_OPEN_HIT && res->ahead && dlshim_engine_job_sampler(r->e, job) == DLSHIM_SAMPLER_CHUNK) {
+		struct dlshim_cache_stats after;
+		dlshim_engine_cache_stats(r->e, &after);
+		if (after.waste_bytes != before.waste_bytes)
+			fail_msg("%s: a load ahead evicted %llu bytes some job still needed", f->path,
+				 (unsigned long long)(after.waste_bytes - before.waste_bytes));
 	}
 	switch (res->kind) {
 	case DLSHIM_OPEN_HIT:
