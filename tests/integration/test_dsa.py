@@ -9,10 +9,10 @@ each Dataset received (sha256 of the bytes it read):
 and from the coordinator (`dlshim stats --json`): every job ran with the
 sampler asked for, and the bytes read from disk are well below what the jobs
 read in all (one disk read serves several jobs): at most 0.6 of it (measured
-0.44-0.48 with dsa and half the dataset cached; without sharing it is 1, and
-the chunk sampler in the same setting reads about 3x). The chunk sampler's
-4-job run, with the whole dataset cached, shows several jobs stay correct and
-share under it too.
+0.43-0.48 with dsa and half the dataset cached; without sharing it is 1). The
+chunk sampler's 4-job run in the same setting shares too (0.49-0.54, at most
+0.8; 3.04 before its loads ahead became spare, when a fast job's loads ahead
+evicted what the slower ones had not read yet).
 """
 import collections
 import json
@@ -153,7 +153,6 @@ def main():
     # Half the dataset in cache blocks: sharing must come from reading near in time.
     blocks = sum((os.path.getsize(q) + 16383) // 16384 for q in manifest)
     cache = str(blocks * 16384 // 2)
-    whole = str(blocks * 16384 * 5 // 4)
     T.info("dataset: %d files, %d bytes; cache %s bytes" % (len(manifest), size, cache))
     res = {}
     only = os.environ.get("DSA_TEST_ONLY")
@@ -165,10 +164,11 @@ def main():
         return
     res["dsa2"] = run_jobs(env, root, manifest, "dsa", PAUSES[:2], STARTS[:2], [0, 0], cache)
     res["dsa4"] = run_jobs(env, root, manifest, "dsa", PAUSES, STARTS, [0, 2, 0, 0], cache)
-    # The chunk sampler shares what stays cached, so it runs with the whole
-    # dataset in cache; with half of it, its per-job chunks crowd each other
-    # out (docs/design.md, Limitations; DSA_TEST_ONLY=chunk4 shows it).
-    res["chunk4"] = run_jobs(env, root, manifest, "chunk", PAUSES, STARTS, [0, 0, 0, 0], whole)
+    # The chunk sampler shares what stays cached: its loads ahead must not
+    # evict what the slower jobs have yet to read.
+    # (0.49-0.54 measured, 3.04 before; its order depends on what is
+    # resident, so its bound is looser than dsa's.)
+    res["chunk4"] = run_jobs(env, root, manifest, "chunk", PAUSES, STARTS, [0, 0, 0, 0], cache, bound=0.8)
     T.info("disk bytes over bytes read: %s" % ", ".join("%s %.2f" % (k, v) for k, v in res.items() if v is not None))
     T.finish()
 
