@@ -544,16 +544,23 @@ static int held_chunks(const struct holds *h, int d)
 	return t;
 }
 
+static struct dlshim_rows *rows_holding(struct holds *h)
+{
+	struct dlshim_rows *r = dlshim_rows_create();
+	assert_non_null(r);
+	dlshim_rows_set_hold(r, hold, h);
+	return r;
+}
+
 /* Chunks are held until their last row is served, held again at the next
  * epoch and given back when the job ends; a chunk the cache learns of
  * later is held from then on. */
 static void test_holds_follow_the_epoch(void **st)
 {
 	(void)st;
-	struct dlshim_rows *r = dlshim_rows_create();
 	struct holds h = {0};
 	struct sim s = {0};
-	dlshim_rows_set_hold(r, hold, &h);
+	struct dlshim_rows *r = rows_holding(&h);
 	for (int c = 0; c < N / K; c++)
 		h.known[0][c] = c != 7; /* chunk 7 never loaded yet */
 	h.known[1][0] = h.known[1][1] = 1;
@@ -601,10 +608,9 @@ static void test_holds_follow_the_epoch(void **st)
 static void test_holds_with_leases(void **st)
 {
 	(void)st;
-	struct dlshim_rows *r = dlshim_rows_create();
 	struct holds h = {0};
 	struct sim s = {0};
-	dlshim_rows_set_hold(r, hold, &h);
+	struct dlshim_rows *r = rows_holding(&h);
 	for (int c = 0; c < N / K; c++)
 		h.known[0][c] = 1;
 	dlshim_rows_bind(r, 0, 42, 1, 2, N, MT, 1, K);
