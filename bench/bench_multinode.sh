@@ -153,13 +153,12 @@ run() { # name nodes prefetch -> $T/res_<name>.json
 	local name=$1 n=$2
 	start_cluster "$name" "$n" "$3"
 	timed_jobs "$name" "$n" loader_job
-	$PY - "$T" "$name" "$n" "$3" "$T0" "$T1" "$B/dlshim" <<'PYEOF'
-import collections, json, subprocess, sys
-t, name, n, k, t0, t1, cli = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), sys.argv[7]
-man = [l.split() for l in open(f"{t}/manifest")]
-by_class = collections.defaultdict(dict)
-for rel, sha, size, h in man:
-    by_class[rel.split("/")[0]][sha] = rel
+	B="$B" PYTHONPATH="$ROOT/tests/integration" $PY - "$T" "$name" "$n" "$3" "$T0" "$T1" <<'PYEOF'
+import collections, json, sys
+from mn_check import by_group, manifest, stats
+t, name, n, k, t0, t1 = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+man = manifest(t)
+by_class = by_group(man)
 res = {"name": name, "nodes": n, "prefetch": k, "seconds": t1 - t0, "files": 0, "bytes": 0,
        "remote_requests": 0, "prefetch_received": 0, "prefetch_hits": 0, "remote_bytes": 0}
 size = {rel: int(s) for rel, sha, s, h in man}
@@ -171,8 +170,7 @@ for i in range(n):
     res["files"] += len(got)
     res["bytes"] += sum(size[f] for f in served)
     if n > 1:
-        st = json.loads(subprocess.run(["env", f"DLSHIM_RUNTIME_DIR={t}/{name}{i}", cli, "stats", "--json"],
-                                       capture_output=True, text=True).stdout)["peers"]
+        st = stats(t, f"{name}{i}")["peers"]
         res["remote_requests"] += st["remote"]["requests"]
         res["remote_bytes"] += st["remote"]["bytes"]
         res["prefetch_received"] += st["prefetch"]["received"]
@@ -193,13 +191,12 @@ ddp() { # name redirect span -> $T/res_<name>.json
 	local name=$1
 	start_cluster "$name" 3 "$K"
 	DDP_REDIRECT=$2 DDP_SPAN=$3 timed_jobs "$name" 3 ddp_rank
-	$PY - "$T" "$name" "$2" "$3" "$T0" "$T1" "$B/dlshim" <<'PYEOF'
-import collections, json, subprocess, sys
-t, name, mode, span, t0, t1, cli = sys.argv[1:8]
-man = [l.split() for l in open(f"{t}/manifest")]
-by_class = collections.defaultdict(dict)
-for rel, sha, size, h in man:
-    by_class[rel.split("/")[0]][sha] = rel
+	B="$B" PYTHONPATH="$ROOT/tests/integration" $PY - "$T" "$name" "$2" "$3" "$T0" "$T1" <<'PYEOF'
+import collections, json, sys
+from mn_check import by_group, manifest, stats
+t, name, mode, span, t0, t1 = sys.argv[1:7]
+man = manifest(t)
+by_class = by_group(man)
 got = [s for i in range(3) for s in json.load(open(f"{t}/out_{name}{i}.json"))[0]]
 served = collections.Counter(by_class[r.split("/")[0]].get(s) for r, s in got)
 if None in served:
@@ -212,8 +209,7 @@ res = {"name": name, "redirect": mode, "span": span, "seconds": float(t1) - floa
 if mode != "off" and span == "auto" and (res["repeats"] != len(got) - len(man) or len(served) != len(man)):
     sys.exit(f"{name}: the ranks' epoch is not every file once ({res['repeats']} repeats)")
 for i in range(3):
-    st = json.loads(subprocess.run(["env", f"DLSHIM_RUNTIME_DIR={t}/{name}{i}", cli, "stats", "--json"],
-                                   capture_output=True, text=True).stdout)["peers"]
+    st = stats(t, f"{name}{i}")["peers"]
     res["claims"] += st["claims"]["asked_local"] + st["claims"]["asked_remote"]
     res["claims_refused"] += st["claims"]["refused"]
     res["remote_requests"] += st["remote"]["requests"]
