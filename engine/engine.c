@@ -835,8 +835,10 @@ void dlshim_engine_job_stats(struct dlshim_engine *e, int j, struct dlshim_job_s
 		return;
 	struct job *jb = &e->jobs[j];
 	*out = jb->st;
-	if (jb->jg)
-		out->epochs = job_epochs_done(e, jb); /* jobs with groups keep epochs per group */
+	if (jb->jg) { /* jobs with groups keep epochs per group; row mappings count too */
+		uint64_t g = job_epochs_done(e, jb);
+		out->epochs = g > jb->st.epochs ? g : jb->st.epochs;
+	}
 }
 
 void dlshim_engine_cache_stats(struct dlshim_engine *e, struct dlshim_cache_stats *out)

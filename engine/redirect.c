@@ -343,25 +343,40 @@ static void group_reset(struct dlshim_engine *e, struct job *jb, struct group *g
 	jb->jg[g->id].epoch++;
 }
 
+/* The first group (or HDF5 row mapping) to start a new epoch starts it for
+ * the whole job: every other complete group rolls over too (the job needs
+ * all their files again, which RefCnt must see now), the coordinator
+ * rescans the job's roots so files added meanwhile take part, and the
+ * statistics of the epoch that ended are kept. */
+static void job_epoch_start(struct dlshim_engine *e, struct job *jb, uint32_t epoch)
+{
+	order_epoch_end(e, jb, &jb->hist_order[jb->max_epoch % EPOCH_HIST]);
+	jb->max_epoch = epoch;
+	jb->rescan_due = jb->has_dataset;
+	jb->hist[epoch % EPOCH_HIST] = jb->st;
+	jb->hist_waste[epoch % EPOCH_HIST] = e->cs.waste_bytes;
+	for (uint32_t g = 0; g < jb->njg && g < e->ngroups; g++) {
+		struct jgroup *x = &jb->jg[g];
+		if (x->size && x->cons >= x->size && x->epoch < epoch)
+			group_reset(e, jb, e->groups[g]);
+	}
+}
+
 void eng_group_rollover(struct dlshim_engine *e, struct job *jb, uint32_t gid)
 {
 	group_reset(e, jb, e->groups[gid]);
-	if (jb->jg[gid].epoch <= jb->max_epoch)
+	if (jb->jg[gid].epoch > jb->max_epoch)
+		job_epoch_start(e, jb, jb->jg[gid].epoch);
+}
+
+void dlshim_engine_job_rows_epoch(struct dlshim_engine *e, int j, uint32_t epoch)
+{
+	if (j < 0 || j >= e->njobs || !e->jobs[j].live || epoch <= e->jobs[j].max_epoch)
 		return;
-	/* The first group to start a new epoch starts it for the whole job:
-	 * every other complete group rolls over too (the job needs all their
-	 * files again, which RefCnt must see now), and the coordinator rescans
-	 * the job's roots so files added meanwhile take part. */
-	order_epoch_end(e, jb, &jb->hist_order[jb->max_epoch % EPOCH_HIST]);
-	jb->max_epoch = jb->jg[gid].epoch;
-	jb->rescan_due = 1;
-	jb->hist[jb->max_epoch % EPOCH_HIST] = jb->st;
-	jb->hist_waste[jb->max_epoch % EPOCH_HIST] = e->cs.waste_bytes;
-	for (uint32_t g = 0; g < jb->njg && g < e->ngroups; g++) {
-		struct jgroup *x = &jb->jg[g];
-		if (g != gid && x->size && x->cons >= x->size && x->epoch < jb->max_epoch)
-			group_reset(e, jb, e->groups[g]);
-	}
+	struct job *jb = &e->jobs[j];
+	if (jb->st.epochs < epoch)
+		jb->st.epochs = epoch; /* epochs completed, when no file group counts more */
+	job_epoch_start(e, jb, epoch);
 }
 
 /* Resident (or loading, when `loading`) unconsumed stand-in; the requested

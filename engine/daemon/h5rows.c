@@ -323,8 +323,12 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 				    &rc);
 		/* Published before any mapping of the new epoch leaves: clients
 		 * drop the mappings they remember. */
-		if (dlshim_rows_epochs_started(rows) != e0)
+		if (dlshim_rows_epochs_started(rows) != e0) {
 			dlshim_engine_rows_epoch_bump(D.eng);
+			int64_t ep = dlshim_rows_epoch(rows, job, jk, m->dev, m->ino, m->nrows);
+			if (ep > 0)
+				dlshim_engine_job_rows_epoch(D.eng, job, (uint32_t)ep);
+		}
 		if (j >= 0)
 			served = (uint64_t)j;
 		/* Only the dataset whose residency steers the mapping reads ahead. */

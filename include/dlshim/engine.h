@@ -155,6 +155,10 @@ int dlshim_engine_job_rescan_due(struct dlshim_engine *e, int job);
  * unknown. */
 int dlshim_engine_job_epoch_stats(struct dlshim_engine *e, int job, uint32_t epoch, struct dlshim_epoch_stats *out);
 uint32_t dlshim_engine_job_epoch_current(struct dlshim_engine *e, int job);
+/* One of the job's HDF5 row mappings started epoch `epoch`: the first thing
+ * the job reads to get there starts the epoch for the whole job (statistics
+ * per epoch, complete file groups roll over), as a file group does. */
+void dlshim_engine_job_rows_epoch(struct dlshim_engine *e, int job, uint32_t epoch);
 const char *dlshim_engine_item_path(struct dlshim_engine *e, uint32_t item);
 /* The version of the file the catalog describes (the one cached when the
  * item is resident). -1 for an unknown item. */

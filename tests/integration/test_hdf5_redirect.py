@@ -132,6 +132,19 @@ def main():
             T.check(st["bytes_from_disk"] <= 3 * x_bytes - 2 * (1 << 19),
                     "%s: later epochs reuse the rows resident at the epoch's end (%d bytes from disk, at most %d)"
                     % (label, st["bytes_from_disk"], 3 * x_bytes - 2 * (1 << 19)))
+            # The row mapping's epochs are the job's: statistics per epoch
+            # (the third is still running: nothing asked for a fourth).
+            pe = st["per_epoch"]
+            T.check([e["epoch"] for e in pe] == [0, 1, 2] and [e["complete"] for e in pe] == [True, True, False]
+                    and st["epochs"] == 2, "%s: three epochs in the stats, two complete" % label,
+                    json.dumps(pe)[:600] + " epochs %s" % st["epochs"])
+            T.check(sum(e["bytes_from_disk"] for e in pe) == st["bytes_from_disk"]
+                    and sum(e["requests"] for e in pe) == st["requests"],
+                    "%s: the epochs add up to the job's totals" % label)
+            if len(pe) == 3:
+                T.check(all(0 < e["bytes_from_disk"] <= pe[0]["bytes_from_disk"] - (1 << 19) for e in pe[1:]),
+                        "%s: each later epoch reads at least half a cache less than the first (%s)"
+                        % (label, [e["bytes_from_disk"] for e in pe]))
         env.stop_daemon(env.runtime_dir)
         env.new_runtime_dir()
     T.finish()
