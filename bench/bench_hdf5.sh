@@ -24,6 +24,9 @@ EPOCHS=${BENCH_EPOCHS:-2}
 WORKERS=${BENCH_WORKERS:-2}
 PROFILE=${BENCH_PROFILE:-"slow:52428800:2000"}
 VARIANTS=${BENCH_VARIANTS:-"floor plain exact any"}
+# How the job reads (bench/h5_job.py): "open" looks the dataset up per read,
+# "held" keeps its dataset objects (less of the job's own CPU per sample).
+STYLES=${BENCH_STYLES:-"open held"}
 PROC_MEM=${BENCH_PROC_MEM:-314572800}
 OUT=bench/results
 mkdir -p "$OUT" docs/img
@@ -70,45 +73,47 @@ PYEOF
 	fbytes=$(stat -c %s "$file")
 	cache=$((fbytes / 2))
 	dev=$(dev_of "$file")
-	for var in $VARIANTS; do
-		cg=dlshim-bench-h5-$$-$kb-$var
-		rt=$(mktemp -d /tmp/dlshim-bench-rt.XXXXXX)
-		rep=$(mktemp /tmp/dlshim-bench-rep.XXXXXX)
-		stats=$rt.stats.json
-		mem=$PROC_MEM
-		[ "$var" = plain ] || mem=$((PROC_MEM + cache))
-		if [ "$var" = floor ]; then
-			cat "$file" >/dev/null # in the page cache, charged outside the job's group
-			cg_create "$cg" "$dev" $((1 << 40)) $((1 << 30)) $((PROC_MEM + fbytes * 2))
-		else
-			drop_caches
-			cg_create "$cg" "$dev" "$bps" "$iops" "$mem"
-		fi
-		trap 'cg_destroy "$cg"; rm -rf "$rt"; [ -z "$loopdev" ] || { umount "$WORK"; losetup -d "$loopdev"; }' EXIT
-		env_args=(BENCH_ROW_KB="$kb")
-		if [ "$var" = exact ] || [ "$var" = any ]; then
-			env_args+=(LD_PRELOAD="$BUILD/libdlshim.so" DLSHIM_ROOTS="$data" DLSHIM_CACHE="$cache"
-				DLSHIM_RUNTIME_DIR="$rt" DLSHIM_STATS="$stats" DLSHIM_IDLE_EXIT=60
-				DLSHIM_REDIRECT=$([ "$var" = any ] && echo any || echo off))
-		fi
-		echo "== $kb KB rows ($rows rows, $fbytes bytes, cache $cache): $var"
-		t0=$(date +%s%N)
-		cg_run "$cg" env "${env_args[@]}" $PY bench/h5_job.py "$file" "$EPOCHS" "$WORKERS" "$rep"
-		t1=$(date +%s%N)
-		total=$(cg_read_bytes "$cg" "$dev")
-		cpu=$(cg_cpu_seconds "$cg")
-		coord_cpu=$(coordinator_cpu_seconds "$cg")
-		[ "$var" = plain ] || [ "$var" = floor ] || DLSHIM_RUNTIME_DIR=$rt "$BUILD/dlshim" stop >/dev/null 2>&1 || true
-		cg_destroy "$cg"
-		trap '[ -z "$loopdev" ] || { umount "$WORK"; losetup -d "$loopdev"; }' EXIT
-		[ $first = 1 ] || echo "," >>"$results.tmp"
-		first=0
-		shim_stats=null
-		[ -s "$stats" ] && shim_stats=$(cat "$stats")
-		printf '{"row_kb": %s, "rows": %s, "file_bytes": %s, "cache_bytes": %s, "variant": "%s", "wall_s": %s, "device_bytes": %s, "cpu_s": %s, "coordinator_cpu_s": %s, "job": %s, "shim": %s}\n' \
-			"$kb" "$rows" "$fbytes" "$cache" "$var" "$(( (t1 - t0) / 1000000000 )).$(printf %03d $(( (t1 - t0) / 1000000 % 1000 )))" \
-			"$total" "$cpu" "$coord_cpu" "$(cat "$rep")" "$shim_stats" >>"$results.tmp"
-		rm -rf "$rt" "$rep" "$stats"
+	for style in $STYLES; do
+		for var in $VARIANTS; do
+			cg=dlshim-bench-h5-$$-$kb-$style-$var
+			rt=$(mktemp -d /tmp/dlshim-bench-rt.XXXXXX)
+			rep=$(mktemp /tmp/dlshim-bench-rep.XXXXXX)
+			stats=$rt.stats.json
+			mem=$PROC_MEM
+			[ "$var" = plain ] || mem=$((PROC_MEM + cache))
+			if [ "$var" = floor ]; then
+				cat "$file" >/dev/null # in the page cache, charged outside the job's group
+				cg_create "$cg" "$dev" $((1 << 40)) $((1 << 30)) $((PROC_MEM + fbytes * 2))
+			else
+				drop_caches
+				cg_create "$cg" "$dev" "$bps" "$iops" "$mem"
+			fi
+			trap 'cg_destroy "$cg"; rm -rf "$rt"; [ -z "$loopdev" ] || { umount "$WORK"; losetup -d "$loopdev"; }' EXIT
+			env_args=(BENCH_ROW_KB="$kb")
+			if [ "$var" = exact ] || [ "$var" = any ]; then
+				env_args+=(LD_PRELOAD="$BUILD/libdlshim.so" DLSHIM_ROOTS="$data" DLSHIM_CACHE="$cache"
+					DLSHIM_RUNTIME_DIR="$rt" DLSHIM_STATS="$stats" DLSHIM_IDLE_EXIT=60
+					DLSHIM_REDIRECT=$([ "$var" = any ] && echo any || echo off))
+			fi
+			echo "== $kb KB rows ($rows rows, $fbytes bytes, cache $cache), job style $style: $var"
+			t0=$(date +%s%N)
+			cg_run "$cg" env "${env_args[@]}" $PY bench/h5_job.py "$file" "$EPOCHS" "$WORKERS" "$rep" "$style"
+			t1=$(date +%s%N)
+			total=$(cg_read_bytes "$cg" "$dev")
+			cpu=$(cg_cpu_seconds "$cg")
+			coord_cpu=$(coordinator_cpu_seconds "$cg")
+			[ "$var" = plain ] || [ "$var" = floor ] || DLSHIM_RUNTIME_DIR=$rt "$BUILD/dlshim" stop >/dev/null 2>&1 || true
+			cg_destroy "$cg"
+			trap '[ -z "$loopdev" ] || { umount "$WORK"; losetup -d "$loopdev"; }' EXIT
+			[ $first = 1 ] || echo "," >>"$results.tmp"
+			first=0
+			shim_stats=null
+			[ -s "$stats" ] && shim_stats=$(cat "$stats")
+			printf '{"row_kb": %s, "style": "%s", "rows": %s, "file_bytes": %s, "cache_bytes": %s, "variant": "%s", "wall_s": %s, "device_bytes": %s, "cpu_s": %s, "coordinator_cpu_s": %s, "job": %s, "shim": %s}\n' \
+				"$kb" "$style" "$rows" "$fbytes" "$cache" "$var" "$(( (t1 - t0) / 1000000000 )).$(printf %03d $(( (t1 - t0) / 1000000 % 1000 )))" \
+				"$total" "$cpu" "$coord_cpu" "$(cat "$rep")" "$shim_stats" >>"$results.tmp"
+			rm -rf "$rt" "$rep" "$stats"
+		done
 	done
 done
 echo "]}" >>"$results.tmp"
