@@ -811,12 +811,13 @@ void dlshim_engine_fast_hit(struct dlshim_engine *e, int j, const struct dlshim_
 	evict_touch(&e->ev, it);
 }
 
-void dlshim_engine_note_hits(struct dlshim_engine *e, int j, uint64_t n)
+void dlshim_engine_note_rows(struct dlshim_engine *e, int j, uint64_t n, uint64_t redirects)
 {
 	if (j >= 0 && j < e->njobs) {
 		e->jobs[j].st.requests += n;
 		e->jobs[j].st.hits += n;
 		e->jobs[j].st.row_index_hits += n;
+		e->jobs[j].st.redirects += redirects;
 	}
 }
 

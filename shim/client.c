@@ -694,9 +694,10 @@ struct row_plan {
 static struct row_plan row_plans[ROW_PLANS];
 static unsigned row_plan_next;
 static pthread_mutex_t rows_mu = PTHREAD_MUTEX_INITIALIZER;
-/* Reads served through the index, reported in batches (per process). */
+/* Reads served through the index, and row reads served another row than
+ * asked (redirects), reported in batches (per process). */
 static pid_t fast_pid;
-static uint64_t fast_hits, fast_bytes;
+static uint64_t fast_hits, fast_bytes, fast_redirects;
 #define FAST_BATCH 64
 
 static uint64_t plan_find(const struct dlshim_msg_rows *m, uint64_t dh)
@@ -724,40 +725,42 @@ static void plan_put(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t k)
 	pthread_mutex_unlock(&rows_mu);
 }
 
-static void send_fast(uint64_t hits, uint64_t bytes)
+static void send_fast(uint64_t hits, uint64_t bytes, uint64_t redirects)
 {
 	struct dlshim_msg_release r = {.item = (uint32_t)hits, .slot = UINT32_MAX, .bytes_cache = bytes,
-				       .flags = DLSHIM_RELEASE_F_ROWS};
+				       .gen = redirects, .flags = DLSHIM_RELEASE_F_ROWS};
 	send_release(&r);
 }
 
-static void note_fast(uint64_t bytes)
+static void note_fast(uint64_t hits, uint64_t bytes, uint64_t redirects)
 {
-	uint64_t h = 0, b = 0;
+	uint64_t h = 0, b = 0, rd = 0;
 	pthread_mutex_lock(&rows_mu);
 	if (fast_pid != cur_pid()) {
 		fast_pid = cur_pid(); /* a forked child: the parent reports its own */
-		fast_hits = fast_bytes = 0;
+		fast_hits = fast_bytes = fast_redirects = 0;
 	}
-	fast_hits++;
+	fast_hits += hits;
 	fast_bytes += bytes;
-	if (fast_hits >= FAST_BATCH) {
-		h = fast_hits, b = fast_bytes;
-		fast_hits = fast_bytes = 0;
+	fast_redirects += redirects;
+	if (fast_hits >= FAST_BATCH || fast_redirects >= FAST_BATCH) {
+		h = fast_hits, b = fast_bytes, rd = fast_redirects;
+		fast_hits = fast_bytes = fast_redirects = 0;
 	}
 	pthread_mutex_unlock(&rows_mu);
-	if (h)
-		send_fast(h, b);
+	if (h || rd)
+		send_fast(h, b, rd);
 }
 
 void client_rows_flush(void)
 {
 	pthread_mutex_lock(&rows_mu);
-	uint64_t h = fast_pid == getpid() ? fast_hits : 0, b = fast_bytes;
-	fast_hits = fast_bytes = 0;
+	int mine = fast_pid == getpid();
+	uint64_t h = mine ? fast_hits : 0, b = fast_bytes, rd = mine ? fast_redirects : 0;
+	fast_hits = fast_bytes = fast_redirects = 0;
 	pthread_mutex_unlock(&rows_mu);
-	if (h)
-		send_fast(h, b);
+	if (h || rd)
+		send_fast(h, b, rd);
 }
 
 /* The session's segment, or NULL (not connected in this process yet). */
@@ -790,7 +793,7 @@ static uint64_t fast_rows(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t
 				      take * m->row_bytes, &cur);
 	if (got != (ssize_t)(take * m->row_bytes))
 		return 0;
-	note_fast(take * m->row_bytes);
+	note_fast(1, take * m->row_bytes, 0);
 	return take;
 }
 
@@ -1076,6 +1079,8 @@ int client_rows(const char *path, const char *dset, const struct stat *st, uint6
 	pid_t outer = rows_pid;
 	rows_pid = shim_pid();
 	int rc = rows_read(path, dset, st, nrows, row_bytes, row, n, redirect, dst, served_out);
+	if (*served_out != row)
+		note_fast(0, 0, 1); /* the caller reads the served row, from the cache or the file */
 	rows_pid = outer;
 	return rc;
 }

@@ -933,7 +933,7 @@ static void handle_release(struct conn *c, const struct dlshim_msg_release *m)
 {
 	pthread_mutex_lock(&D.mu);
 	if (m->flags & DLSHIM_RELEASE_F_ROWS) {
-		dlshim_engine_note_hits(D.eng, c->s->job, m->item);
+		dlshim_engine_note_rows(D.eng, c->s->job, m->item, m->gen);
 		dlshim_engine_release(D.eng, c->s->job, UINT32_MAX, 0, m->bytes_cache, 0);
 	} else if (m->flags & DLSHIM_RELEASE_F_FAST) {
 		/* A hit the client served through the shared index: no pin. */

@@ -213,8 +213,9 @@ int dlshim_engine_release(struct dlshim_engine *e, int job, uint32_t slot, uint6
  * without asking (no pin): account the request, hit and consumption. */
 void dlshim_engine_fast_hit(struct dlshim_engine *e, int job, const struct dlshim_file_id *id);
 /* Account `n` requests that clients served from the cache through the
- * shared index without asking (HDF5 row reads, reported in batches). */
-void dlshim_engine_note_hits(struct dlshim_engine *e, int job, uint64_t n);
+ * shared index without asking, and `redirects` row reads served another
+ * row than asked (HDF5 rows, reported in batches). */
+void dlshim_engine_note_rows(struct dlshim_engine *e, int job, uint64_t n, uint64_t redirects);
 /* Redirect modes: the file the last open of `requested` was served could
  * not be delivered to the client (its load failed, its home node is gone,
  * it changed at open). It stays consumed for the job's group epoch; the

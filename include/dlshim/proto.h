@@ -96,7 +96,9 @@ struct dlshim_msg_open_r {
 };
 
 #define DLSHIM_RELEASE_F_FAST 1u /* the open was a hit through the shared index: account it */
-#define DLSHIM_RELEASE_F_ROWS 2u /* `item` HDF5 row reads served through the index, `bytes_cache` their bytes */
+/* `item` HDF5 row reads served through the index, `bytes_cache` their
+ * bytes; `gen` row reads (any way) served another row than asked. */
+#define DLSHIM_RELEASE_F_ROWS 2u
 
 struct dlshim_msg_release {
 	uint32_t item;

@@ -91,6 +91,7 @@ def main():
         if r is None:
             continue
         log, st = r
+        moved_all = 0
         for ep, got in enumerate(log):
             bad = [g for g in got if g[3] != 7 * g[1] + 3 or g[4] != g[1] or abs(ref.get(g[1], 1e30) - g[2]) > 1e-3]
             T.check(not bad, "%s epoch %d: every label and side value matches its input row" % (label, ep),
@@ -100,6 +101,7 @@ def main():
                     "%s epoch %d: a permutation of the %d rows" % (label, ep, N),
                     "%d samples, %d distinct" % (len(got), len(rows)))
             moved = sum(1 for g in got if g[0] != g[1])
+            moved_all += moved
             T.info("%s epoch %d: %d of %d rows redirected" % (label, ep, moved, len(got)))
             if mode == "off":
                 T.check(moved == 0, "%s epoch %d: exact mode serves every row as itself" % (label, ep))
@@ -112,6 +114,11 @@ def main():
             # y and w of a sample read the row mapped for x from the shared
             # index, without a message (workers that end with os._exit may
             # not report their last batch of 64).
+            # Each redirected sample is three row reads served another row
+            # (x, y and w), counted by the job's processes in batches of 64.
+            T.check(3 * moved_all - 3 * 64 * 3 * max(workers, 1) <= st["redirects"] <= 3 * moved_all,
+                    "%s: the stats count the row reads served another row (%d for %d redirected samples)"
+                    % (label, st["redirects"], moved_all))
             T.check(st.get("row_index_hits", 0) >= 2 * N * 3 - 2 * 64 * 3 * max(workers, 1),
                     "%s: labels and side values read through the index without asking (%d)"
                     % (label, st.get("row_index_hits", 0)))

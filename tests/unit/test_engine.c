@@ -1010,6 +1010,13 @@ static void test_stats(void **state)
 	assert_int_equal(cs.evictions, 0);
 	assert_int_equal(cs.stale_reloads, 0);
 	assert_int_equal(cs.alloc_failures, 0);
+	/* Row reads clients served through the index (3), two of them redirected. */
+	dlshim_engine_note_rows(f->e, f->job, 3, 2);
+	st = jstats(f, f->job);
+	assert_int_equal(st.requests, 7);
+	assert_int_equal(st.hits, 5);
+	assert_int_equal(st.row_index_hits, 3);
+	assert_int_equal(st.redirects, 2);
 	/* Stats of an unknown job read as zeros. */
 	st = jstats(f, 50);
 	assert_int_equal(st.requests, 0);
