@@ -247,6 +247,7 @@ def write_outputs(res, outdir, png):
     ax[1].set_xlabel("epoch")
     ax[1].set_ylabel("test loss")
     for a in ax:
+        a.set_xticks(range(1, res["epochs"] + 1))
         a.grid(alpha=0.3)
         a.legend(fontsize=8)
     fig.suptitle("Fashion-MNIST (%d training images) under dlshim: mean of runs, band = lowest to highest"
