@@ -379,8 +379,10 @@ void dlshim_engine_job_end(struct dlshim_engine *e, int j)
 	for (uint32_t i = 0; i < e->nitems; i++)
 		if (bit_get(jb->needed, i) && !bit_get(jb->consumed, i))
 			refcnt_add(e, i, -1);
-	if (jb->jg)
-		jb->st.epochs = job_epochs_done(e, jb); /* the groups go: keep the count */
+	if (jb->jg) { /* the groups go: keep the count (row mappings' epochs may be more) */
+		uint64_t g = job_epochs_done(e, jb);
+		jb->st.epochs = g > jb->st.epochs ? g : jb->st.epochs;
+	}
 	redirect_job_end(e, jb);
 	order_free(&jb->order);
 	free(jb->needed);

@@ -68,6 +68,7 @@ struct rmap {
 	uint64_t nmapped;         /* rows mapped this epoch */
 	uint64_t nconsumed;       /* rows used and no longer out in a lease this epoch */
 	uint64_t nleased;         /* rows out in leases */
+	int64_t unasked;          /* rows no dataset asked for in the last finished epoch; -1 before */
 	int ndsets;
 	struct dset_req d[MAX_DSETS];
 	int nb;
@@ -242,6 +243,7 @@ static struct rmap *get(struct dlshim_rows *r, int job, uint64_t job_key, uint64
 	m->dev = dev;
 	m->ino = ino;
 	m->n = n;
+	m->unasked = -1;
 	r->m[r->n++] = m;
 	return m;
 }
@@ -265,6 +267,10 @@ static struct dset_req *dset(struct rmap *m, uint64_t key)
 
 static void new_epoch(struct dlshim_rows *r, struct rmap *m)
 {
+	uint64_t asked = 0;
+	for (int i = 0; i < m->ndsets; i++)
+		asked = m->d[i].nasked > asked ? m->d[i].nasked : asked;
+	m->unasked = (int64_t)(m->n - asked);
 	size_t bytes = (m->n + 7) / 8;
 	memset(m->used, 0, bytes);
 	memset(m->to, 0xff, m->n * sizeof(uint32_t));
@@ -465,13 +471,12 @@ int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64
 		return -1;
 	settle_all(r, m, NULL, 0); /* rows taken from leases since the last look */
 	if (bit(d->asked, row)) {
-		/* Asked again: a re-read within the epoch keeps its row; once this
-		 * dataset has asked for every row, or every row is consumed (clients
-		 * serve a pair's second dataset from the mapping they were given,
-		 * and take rows from leases, so that dataset's own asks may be few),
-		 * it is the next epoch. */
-		if (d->nasked < m->n && m->nconsumed < m->n && m->to[row] != UNMAPPED)
-			return m->to[row];
+		/* Asked again by the same dataset: the job's next epoch, even with
+		 * rows of this one never served (drop_last, a subset): waiting for
+		 * them would serve the next epoch's first samples from the old
+		 * epoch and then its rows again after all. A sample re-reading its
+		 * row never gets here: the client serves it from its memory of the
+		 * sample. */
 		settle_all(r, m, NULL, 1); /* what was leased and not taken belongs to the old epoch */
 		new_epoch(r, m);
 		r->epochs++;
@@ -631,4 +636,11 @@ int64_t dlshim_rows_epoch(struct dlshim_rows *r, int job, uint64_t job_key, uint
 {
 	struct rmap *m = find(r, job, job_key, dev, ino, nrows);
 	return m ? (int64_t)m->epoch : -1;
+}
+
+int64_t dlshim_rows_unasked(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
+			    uint64_t nrows)
+{
+	struct rmap *m = find(r, job, job_key, dev, ino, nrows);
+	return m ? m->unasked : -1;
 }

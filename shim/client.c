@@ -797,11 +797,11 @@ static uint64_t fast_rows(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t
 	return take;
 }
 
-/* Row mappings (requested -> served) the coordinator gave this thread, so
- * that the file's other datasets (labels after inputs) read the same served
- * row without asking again. An entry is used once per dataset, only while
- * no new redirect epoch has been published (the coordinator would answer
- * the same), and not across fork. */
+/* Row mappings (requested -> served) this thread was given, one per
+ * requested row, so that the file's other datasets (labels after inputs)
+ * read the same served row without asking, even when another process
+ * started a new epoch between the sample's reads (the coordinator would
+ * decide again). Not across fork. */
 #define PAIRS 4
 #define PAIR_DSETS 4
 struct row_pair {
@@ -813,48 +813,55 @@ struct row_pair {
 static __thread struct row_pair pairs[PAIRS];
 static __thread unsigned pair_next;
 
-/* What the remembered mappings say about dataset `dh` reading row
- * m->row: 0 nothing (a new sample: take a row from the lease or ask);
- * 1 another dataset's mapping under the current epoch count (*out), to be
- * served from the index; -1 ask the coordinator, which knows the row: a
- * re-read by the same dataset within the epoch count (it keeps its row), or
- * a pair whose epoch count has moved since (its own ask may have started
- * the epoch), where a row from the lease would break the pair. */
+static struct row_pair *pair_of(const struct dlshim_msg_rows *m, uint64_t seg_id)
+{
+	for (int i = 0; i < PAIRS; i++) {
+		struct row_pair *p = &pairs[i];
+		if (p->fork_gen == pair_fork_gen && p->seg_id == seg_id && p->row == m->row && p->dev == m->dev &&
+		    p->ino == m->ino && p->nrows == m->nrows)
+			return p;
+	}
+	return NULL;
+}
+
+/* What the remembered mapping says about dataset `dh` reading row m->row:
+ * 0 nothing, or a new sample (this dataset read the row under an older
+ * epoch count): take a row from the lease or ask; 1 the row this sample was
+ * served (*out), for another dataset of the sample or a re-read by the
+ * same dataset within the epoch count (it keeps its row); -1 ask the
+ * coordinator (the entry has no room for another dataset). */
 static int pair_find(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t seg_id, uint64_t epochs,
 		     struct row_pair **out)
 {
-	int r = 0;
-	for (int i = 0; i < PAIRS; i++) {
-		struct row_pair *p = &pairs[i];
-		if (p->fork_gen != pair_fork_gen || p->seg_id != seg_id || p->row != m->row || p->dev != m->dev ||
-		    p->ino != m->ino || p->nrows != m->nrows)
-			continue;
-		int mine = 0;
-		for (unsigned d = 0; d < p->ndsets; d++)
-			mine |= p->dsets[d] == dh;
-		if (p->epochs == epochs) {
-			if (mine || p->ndsets >= PAIR_DSETS)
-				return -1;
-			*out = p;
-			return 1;
-		}
-		if (!mine)
-			r = -1;
-	}
-	return r;
+	struct row_pair *p = pair_of(m, seg_id);
+	if (p == NULL)
+		return 0;
+	int mine = 0;
+	for (unsigned d = 0; d < p->ndsets; d++)
+		mine |= p->dsets[d] == dh;
+	if (mine && p->epochs != epochs)
+		return 0;
+	if (!mine && p->ndsets >= PAIR_DSETS)
+		return -1;
+	if (!mine)
+		p->dsets[p->ndsets++] = dh;
+	*out = p;
+	return 1;
 }
 
 static void pair_put(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t served, uint64_t seg_id, uint64_t epochs)
 {
-	struct row_pair *p = &pairs[pair_next++ % PAIRS];
+	struct row_pair *p = pair_of(m, seg_id); /* a row's new sample replaces its old one */
+	if (p == NULL)
+		p = &pairs[pair_next++ % PAIRS];
 	*p = (struct row_pair){.dev = m->dev, .ino = m->ino, .nrows = m->nrows, .row = m->row, .served = served,
 			       .epochs = epochs, .seg_id = seg_id, .dsets = {dh}, .ndsets = 1, .fork_gen = pair_fork_gen};
 }
 
-/* Serve a single redirected row from a remembered mapping and the shared
- * index: 1 when done (*served_out set), 0 when the coordinator must be
- * asked, -1 when the row is mapped but not in the index (ask, and never
- * take another row from the lease for it). */
+/* A single redirected row from a remembered mapping: 1 when copied from
+ * the shared index, 2 when known but not in the index (the caller reads
+ * exactly that row; another row would break the pair), with *served_out
+ * set; 0 or -1 as pair_find. */
 static int pair_rows(struct dlshim_msg_rows *m, uint64_t dh, void *dst, uint64_t *served_out)
 {
 	struct segment *seg = rows_segment();
@@ -864,12 +871,9 @@ static int pair_rows(struct dlshim_msg_rows *m, uint64_t dh, void *dst, uint64_t
 	int known = pair_find(m, dh, seg->id, dlshim_shm_rows_epochs(&seg->view), &p);
 	if (known <= 0)
 		return known;
-	uint64_t k = plan_find(m, dh);
-	if (k == 0 || fast_rows(m, dh, k, p->served, 1, dst) != 1)
-		return -1;
-	p->dsets[p->ndsets++] = dh;
 	*served_out = p->served;
-	return 1;
+	uint64_t k = plan_find(m, dh);
+	return k && fast_rows(m, dh, k, p->served, 1, dst) == 1 ? 1 : 2;
 }
 
 /* Take a row from connection `c`'s lease for requested row `m->row`: the
@@ -912,7 +916,7 @@ static void lease_update(struct conn *c, const struct dlshim_msg_rows_r *r, cons
 				munmap(p, LEASE_LEN);
 		}
 	}
-	if (!r->lease || v->shm == NULL || seg == NULL)
+	if (!(r->flags & DLSHIM_ROWS_R_LEASE) || v->shm == NULL || seg == NULL)
 		return;
 	v->count = r->lease_count <= DLSHIM_LEASE_ROWS ? r->lease_count : 0;
 	v->cur = 0;
@@ -982,10 +986,19 @@ static int rows_read(const char *path, const char *dset, const struct stat *st, 
 	uint64_t dh = dlshim_rows_name_hash(dset);
 	m.row = row;
 	int paired = m.redirect != DLSHIM_REDIRECT_OFF ? pair_rows(&m, dh, dst, served_out) : 0;
-	if (paired > 0)
+	if (paired == 1)
 		return 0;
 	memcpy(msg + sizeof(m) + pl + 1, dset, dl + 1);
 	memcpy(msg + sizeof(m), path, pl + 1);
+	if (paired == 2) { /* the sample's row, not in the index: ask for exactly it */
+		m.count = 1;
+		int c = pool_get();
+		if (c < 0)
+			return -1;
+		int rc = leased_read(c, &m, msg, sizeof(m) + pl + dl + 2, dh, *served_out, dst);
+		pool_put(c, rc == -2);
+		return rc == 0 ? 0 : -1;
+	}
 	if (m.redirect != DLSHIM_REDIRECT_OFF && paired == 0) {
 		/* A row decided ahead for this connection: no message unless its
 		 * chunk is not in the index. */
@@ -1041,6 +1054,13 @@ static int rows_read(const char *path, const char *dset, const struct stat *st, 
 			real.close(lfd);
 		pool_put(c, 0);
 		const struct dlshim_msg_rows_r *r = &b.r;
+		if (r->flags & DLSHIM_ROWS_R_PARTIAL)
+			shim_warn(W_ROWS_PARTIAL,
+				  "%s:%s: the job read only part of this file's rows in an epoch; with DLSHIM_REDIRECT=any "
+				  "it is served rows of the whole file, the rest included (a train/validation split by "
+				  "index is not kept): keep splits in separate files or datasets, or use "
+				  "DLSHIM_REDIRECT=off for this job",
+				  path, dset);
 		/* Once the coordinator has mapped the row, every way out reads the
 		 * mapped row: the file's other datasets get the same one. */
 		if (n == 1 && m.redirect != DLSHIM_REDIRECT_OFF && r->served < nrows) {

@@ -24,7 +24,7 @@ extern pid_t g_job_owner_pid;
 void shim_init(void);
 /* crash.c: backtraces on fatal signals when DLSHIM_LOG=debug. */
 void crash_install(void);
-enum warn_cause { W_CONFIG, W_CONNECT, W_LOST, W_SPAWN, W_SHM, W_PROTO, W_STATS, W_DSA, W_PEERS, W_MEMCAP, W_MAX };
+enum warn_cause { W_CONFIG, W_CONNECT, W_LOST, W_SPAWN, W_SHM, W_PROTO, W_STATS, W_DSA, W_PEERS, W_MEMCAP, W_ROWS_PARTIAL, W_MAX };
 void shim_warn(enum warn_cause c, const char *fmt, ...) __attribute__((format(printf, 2, 3), cold));
 int shim_warned(enum warn_cause c);
 void shim_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -284,6 +284,29 @@ void h5rows_conn_end(struct h5rows_conn *hc)
 	memset(hc, 0, sizeof(*hc));
 }
 
+/* Jobs told that they read only part of a file's rows (once per job). */
+static uint8_t partial_told[DLSHIM_ENGINE_MAX_JOBS];
+
+/* An epoch of the job's mapping ended with `unasked` rows that no dataset
+ * asked for: they were served for other rows. More than a tenth of the file
+ * (drop_last leaves out less than a batch) means the job reads part of the
+ * file, a split by index or a subset, and redirect serves it rows of the
+ * rest: say so in the log and, once per job, to the job. Called under D.mu. */
+static void partial_epoch(int job, const char *jn, const struct dlshim_msg_rows *m, const char *path,
+			  const char *dset, int64_t unasked, struct dlshim_msg_rows_r *r)
+{
+	if (unasked < 16 || (uint64_t)unasked * 10 <= m->nrows || job < 0 || job >= DLSHIM_ENGINE_MAX_JOBS ||
+	    partial_told[job])
+		return;
+	partial_told[job] = 1;
+	r->flags |= DLSHIM_ROWS_R_PARTIAL;
+	dlog(DLSHIM_LOG_WARN,
+	     "job %s: %s:%s: %lld of %llu rows were never asked for in an epoch; with DLSHIM_REDIRECT=any the "
+	     "job is served rows of the whole file, those included (a split by index or a subset of the file "
+	     "is not kept)",
+	     jn ? jn : "?", path, dset, (long long)unasked, (unsigned long long)m->nrows);
+}
+
 /* Rows per lease: half a row chunk (a worker's lease then covers what the
  * chunk load brings in for it), at least 8. */
 static uint32_t lease_want(uint64_t k)
@@ -312,13 +335,16 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 	const char *jn = dlshim_engine_job_name(D.eng, job);
 	uint64_t jk = dlshim_rows_name_hash(jn ? jn : "");
 	int64_t j = -1;
-	if (redirect) {
-		uint64_t e0 = dlshim_rows_epochs_started(rows);
-		/* This dataset's chunks, and the primary's, are held while
-		 * the epoch has rows of them to serve. */
+	if (m->redirect == DLSHIM_REDIRECT_ANY) {
+		/* This dataset's chunks, and the primary's, are held while the
+		 * epoch has rows of them to serve (a read of a row already decided
+		 * too: a sample's second dataset may only ever read those). */
 		dlshim_rows_bind(rows, job, jk, m->dev, m->ino, m->nrows, m->mtime_ns, p.dset_hash, k);
 		if (rc.dset_hash != p.dset_hash)
 			dlshim_rows_bind(rows, job, jk, m->dev, m->ino, m->nrows, m->mtime_ns, rc.dset_hash, rc.k);
+	}
+	if (redirect) {
+		uint64_t e0 = dlshim_rows_epochs_started(rows);
 		j = dlshim_rows_map(rows, job, jk, m->dev, m->ino, m->nrows, p.dset_hash, m->row, rc.k, chunk_resident,
 				    &rc);
 		/* Published before any mapping of the new epoch leaves: clients
@@ -328,6 +354,8 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 			int64_t ep = dlshim_rows_epoch(rows, job, jk, m->dev, m->ino, m->nrows);
 			if (ep > 0)
 				dlshim_engine_job_rows_epoch(D.eng, job, (uint32_t)ep);
+			partial_epoch(job, jn, m, path, dset, dlshim_rows_unasked(rows, job, jk, m->dev, m->ino, m->nrows),
+				      r);
 		}
 		if (j >= 0)
 			served = (uint64_t)j;
@@ -355,7 +383,7 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 		int64_t next = -1;
 		r->lease_count = dlshim_rows_lease_fill(rows, hc->l, job, jk, m->dev, m->ino, m->nrows, lease_want(rc.k),
 							rc.k, chunk_resident, &rc, &next);
-		r->lease = 1;
+		r->flags |= DLSHIM_ROWS_R_LEASE;
 		if (!hc->sent) {
 			*pass_fd = hc->fd;
 			hc->sent = 1;
@@ -388,6 +416,8 @@ void h5rows_serve(int job, const struct dlshim_msg_rows *m, const char *path, co
 
 void h5rows_job_end(int job)
 {
+	if (job >= 0 && job < DLSHIM_ENGINE_MAX_JOBS)
+		partial_told[job] = 0; /* the id may be reused by another job */
 	if (rows)
 		dlshim_rows_job_end(rows, job);
 }

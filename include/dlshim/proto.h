@@ -156,9 +156,14 @@ struct dlshim_msg_rows_r {
 	uint64_t first, count;
 	uint64_t served;
 	uint64_t chunk_rows;      /* the dataset's rows per item: lets the client find later chunks in the index */
-	uint32_t lease;           /* 1: the connection's lease was refilled (its memory fd comes with the first) */
+	uint32_t flags;           /* DLSHIM_ROWS_R_* */
 	uint32_t lease_count;     /* entries in it (<= DLSHIM_LEASE_ROWS) */
 };
+/* The connection's lease was refilled (its memory fd comes with the first). */
+#define DLSHIM_ROWS_R_LEASE 1u
+/* The job's last epoch left many rows of the file unasked: it reads part
+ * of the file, and redirect serves it rows of the rest (warn the user). */
+#define DLSHIM_ROWS_R_PARTIAL 2u
 
 /* Encode a message into `buf` (at least sizeof hdr + len). Returns the
  * packet length. */

@@ -76,6 +76,12 @@ int64_t dlshim_rows_map(struct dlshim_rows *r, int job, uint64_t job_key, uint64
 /* The mapping's epoch (0 first), -1 when the job has none for this file. */
 int64_t dlshim_rows_epoch(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
 			  uint64_t nrows);
+/* Rows of the file that none of its datasets asked for in the mapping's
+ * last finished epoch (they were served for other rows' requests): many
+ * mean the job reads only part of the file, a split by index or a subset.
+ * -1 before the first epoch ends, or with no mapping. */
+int64_t dlshim_rows_unasked(struct dlshim_rows *r, int job, uint64_t job_key, uint64_t dev, uint64_t ino,
+			    uint64_t nrows);
 
 /* Load-ahead: after `served` was mapped, the chunk (index) to load next
  * when the served row's chunk has just reached half its rows unused: the
