@@ -827,9 +827,9 @@ static struct row_pair *pair_of(const struct dlshim_msg_rows *m, uint64_t seg_id
 /* What the remembered mapping says about dataset `dh` reading row m->row:
  * 0 nothing, or a new sample (this dataset read the row under an older
  * epoch count): take a row from the lease or ask; 1 the row this sample was
- * served (*out), for another dataset of the sample or a re-read by the
- * same dataset within the epoch count (it keeps its row); -1 ask the
- * coordinator (the entry has no room for another dataset). */
+ * served (*out), for another dataset of the sample (now recorded as having
+ * read it) or a re-read by the same dataset within the epoch count (it
+ * keeps its row); -1 ask the coordinator (no room for another dataset). */
 static int pair_find(const struct dlshim_msg_rows *m, uint64_t dh, uint64_t seg_id, uint64_t epochs,
 		     struct row_pair **out)
 {
