@@ -49,10 +49,10 @@ class Fields(Dataset):
         return self.n
 
     def __getitem__(self, i):
-        if self.f is None:
+        if self.f is None:  # opened in each worker; the dataset objects kept (h5py builds one per lookup)
             self.f = h5py.File(self.path, "r")
-        return (torch.from_numpy(self.f["x"][i]), torch.from_numpy(self.f["y"][i]),
-                int(self.f["id"][i]))
+            self.x, self.y, self.id = self.f["x"], self.f["y"], self.f["id"]
+        return torch.from_numpy(self.x[i]), torch.from_numpy(self.y[i]), int(self.id[i])
 
 
 class Surrogate(nn.Module):
